@@ -1,0 +1,25 @@
+"""The queueadmin engine: a Redis job queue with priorities, per-request concurrency limits,
+fair share, fan-out with completion tracking, leases, retries and dead letters.
+
+Imports nothing from Django, so producers in other services can use it as it is.
+"""
+
+from .client import Queue
+from .errors import (
+    InvalidInput,
+    LeaseLost,
+    NotLeased,
+    PayloadTooLarge,
+    QueueError,
+    RedisUnavailable,
+    RequestCancelled,
+    RequestSealed,
+    UnknownRequest,
+)
+from .models import Lease, RequestInfo, Submitted
+
+__all__ = [
+    "InvalidInput", "Lease", "LeaseLost", "NotLeased", "PayloadTooLarge", "Queue", "QueueError",
+    "RedisUnavailable", "RequestCancelled", "RequestInfo", "RequestSealed", "Submitted",
+    "UnknownRequest",
+]

@@ -1,0 +1,55 @@
+"""One exception tree for the engine: everything it raises is a QueueError."""
+
+from __future__ import annotations
+
+
+class QueueError(Exception):
+    """Root of every error the engine raises."""
+
+
+class InvalidInput(QueueError, ValueError):
+    """An argument was refused before anything was sent to Redis."""
+
+
+class PayloadTooLarge(InvalidInput):
+    """A task payload is larger than the queue's limit."""
+
+
+class UnknownRequest(QueueError, LookupError):
+    """No request with this id exists in this queue (never submitted, or expired)."""
+
+
+class RequestSealed(QueueError):
+    """Tasks cannot be added: the request is sealed, cancelled or finished."""
+
+
+class RequestCancelled(QueueError):
+    """The request was cancelled; the operation does not apply to it any more."""
+
+
+class LeaseLost(QueueError):
+    """The lease is no longer held (expired, reaped, claimed or already finished)."""
+
+
+class NotLeased(QueueError):
+    """The task is not leased to anyone, so it cannot be claimed or released."""
+
+
+class RedisUnavailable(QueueError, ConnectionError):
+    """Redis could not be reached or answered with an error."""
+
+
+# Integer codes returned by the Lua scripts (see each script's header).
+CODES: dict[int, type[QueueError]] = {
+    -1: LeaseLost,
+    -2: UnknownRequest,
+    -3: RequestSealed,
+    -4: RequestCancelled,
+    -5: NotLeased,
+}
+
+
+def check_code(reply: object, context: str) -> None:
+    """Raise the exception mapped to a script's refusal code, if the reply is one."""
+    if isinstance(reply, int) and reply < 0:
+        raise CODES.get(reply, QueueError)(context)

@@ -1,0 +1,102 @@
+"""Key names and identifier validation: every Redis key of a queue is made here."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .errors import InvalidInput
+
+# Ids become parts of key names and of "<rid>/<task>/<n>" lease strings, so only characters
+# that cannot break either are allowed (no braces, colons, slashes, spaces or newlines).
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@=+-]{0,127}")
+_TASK_ID = re.compile(r"\d{1,20}-\d{1,20}")
+
+
+def validate_id(value: object, what: str) -> str:
+    """Return `value` if it is a safe identifier, else raise InvalidInput saying why."""
+    if not isinstance(value, str) or not _ID.fullmatch(value):
+        raise InvalidInput(
+            f"invalid {what} {value!r}: use 1-128 characters from A-Z a-z 0-9 and _ . @ = + -, "
+            "starting with a letter or digit"
+        )
+    return value
+
+
+def validate_task_id(value: object) -> str:
+    """Return `value` if it looks like a task (stream entry) id such as 1700000000000-0."""
+    if not isinstance(value, str) or not _TASK_ID.fullmatch(value):
+        raise InvalidInput(f"invalid task id {value!r}: expected <milliseconds>-<sequence>")
+    return value
+
+
+@dataclass(frozen=True)
+class QueueKeys:
+    """All key names of one queue; they share the hash tag {queue} so one shard holds them."""
+
+    prefix: str
+    queue: str
+
+    def __post_init__(self) -> None:
+        validate_id(self.prefix, "key prefix")
+        validate_id(self.queue, "queue name")
+
+    @property
+    def base(self) -> str:
+        return f"{self.prefix}:{{{self.queue}}}:"
+
+    # Queue-level keys, in the order every script receives them as KEYS[1..8].
+    @property
+    def script_keys(self) -> list[str]:
+        b = self.base
+        return [b + s for s in ("ready", "leases", "delayed", "dead", "events", "wake", "seq", "stats")]
+
+    @property
+    def ready(self) -> str:
+        return self.base + "ready"
+
+    @property
+    def leases(self) -> str:
+        return self.base + "leases"
+
+    @property
+    def delayed(self) -> str:
+        return self.base + "delayed"
+
+    @property
+    def dead(self) -> str:
+        return self.base + "dead"
+
+    @property
+    def events(self) -> str:
+        return self.base + "events"
+
+    @property
+    def wake(self) -> str:
+        return self.base + "wake"
+
+    @property
+    def stats(self) -> str:
+        return self.base + "stats"
+
+    @property
+    def workers(self) -> str:
+        return self.base + "workers"
+
+    def worker(self, name: str) -> str:
+        return f"{self.base}worker:{name}"
+
+    def request(self, rid: str) -> str:
+        return f"{self.base}req:{rid}"
+
+    def tasks(self, rid: str) -> str:
+        return f"{self.base}req:{rid}:tasks"
+
+    def state_index(self, state: str) -> str:
+        return f"{self.base}state:{state}"
+
+    def tenant_ready(self, priority: int, tenant: str) -> str:
+        return f"{self.base}tr:{priority}:{tenant}"
+
+    def done_channel(self, rid: str) -> str:
+        return f"{self.base}done:{rid}"

@@ -1,0 +1,203 @@
+-- Shared helpers, pasted into a script where it says `--@include common`.
+--
+-- Every ARGV "now (ms)" may be 0: the script then reads the Redis server's clock (TIME).
+--
+-- Every script receives the same eight queue-level keys first, in this order:
+--   KEYS[1] <p>:{Q}:ready    zset  tenant slots "<prio>:<tenant>" -> band(prio) + seq
+--   KEYS[2] <p>:{Q}:leases   zset  "<rid>/<task>/<delivery>" -> lease expiry (ms)
+--   KEYS[3] <p>:{Q}:delayed  zset  "<rid>/<task>" -> due time (ms)
+--   KEYS[4] <p>:{Q}:dead     stream dead letters
+--   KEYS[5] <p>:{Q}:events   stream lifecycle events (capped)
+--   KEYS[6] <p>:{Q}:wake     list  wake-up tokens for idle workers
+--   KEYS[7] <p>:{Q}:seq      string rotation / ordering sequence
+--   KEYS[8] <p>:{Q}:stats    hash  waiting per priority ("w:<prio>") and cumulative counters
+-- Keys derived here from KEYS[1] (same "{Q}" hash tag, so cluster-safe):
+--   <p>:{Q}:req:<rid>            hash   request metadata and counters
+--   <p>:{Q}:req:<rid>:tasks      stream the request's tasks, consumer group "g"
+--   <p>:{Q}:req:<rid>:rel        hash   task -> deliveries that did not count as attempts
+--   <p>:{Q}:req:<rid>:dead       hash   task -> id of its entry in the dead stream
+--   <p>:{Q}:tr:<prio>:<tenant>   zset   eligible requests of one tenant at one priority -> seq
+--   <p>:{Q}:state:<state>        zset   request index by state -> time of entering it
+--   <p>:{Q}:done:<rid>           channel completion announcement
+--
+-- Pseudo-consumers of a request's group hold the parked entries of its PEL:
+--   "~waiting" (back to waiting after a lease expired, a release or a requeue),
+--   "~delayed" (retry backoff), "~dead" (dead letter). Real consumers are workers,
+--   whose names cannot start with "~".
+
+local K_READY, K_LEASES, K_DELAYED, K_DEAD = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local K_EVENTS, K_WAKE, K_SEQ, K_STATS = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local PREFIX = string.sub(K_READY, 1, #K_READY - #'ready')
+local GROUP = 'g'
+local BAND = 1e12
+local EVENTS_MAXLEN = 10000
+
+-- Milliseconds from the caller's clock when it sends one (tests control time that way), else
+-- from the Redis server, so that leases mean the same to every host whatever their clocks say.
+local function now_ms(arg)
+  local n = tonumber(arg)
+  if n and n > 0 then return n end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function req_key(rid) return PREFIX .. 'req:' .. rid end
+local function stream_key(rid) return PREFIX .. 'req:' .. rid .. ':tasks' end
+local function rel_key(rid) return PREFIX .. 'req:' .. rid .. ':rel' end
+local function deadmap_key(rid) return PREFIX .. 'req:' .. rid .. ':dead' end
+local function tenant_key(slot) return PREFIX .. 'tr:' .. slot end
+local function state_key(state) return PREFIX .. 'state:' .. state end
+
+local NUMERIC = {'priority', 'concurrency', 'total', 'waiting', 'retry', 'leased', 'delayed',
+                 'done', 'dead', 'cancelled', 'max_attempts', 'lease_ms', 'retention_ms',
+                 'backoff_ms', 'backoff_max_ms'}
+local FIELDS = {'state', 'tenant', 'handler'}
+for _, f in ipairs(NUMERIC) do FIELDS[#FIELDS + 1] = f end
+
+-- The request hash as a table with numbers where numbers belong; nil if absent.
+local function load_req(rid)
+  local vals = redis.call('HMGET', req_key(rid), unpack(FIELDS))
+  if not vals[1] then return nil end
+  local h = {id = rid}
+  for i, f in ipairs(FIELDS) do h[f] = vals[i] end
+  for _, f in ipairs(NUMERIC) do h[f] = tonumber(h[f]) end
+  return h
+end
+
+local function next_seq(n)
+  return redis.call('INCRBY', K_SEQ, n or 1)
+end
+
+local function event(kind, rid, ...)
+  redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_MAXLEN, '*', 'type', kind, 'request', rid, ...)
+end
+
+local function wake()
+  if redis.call('LLEN', K_WAKE) == 0 then redis.call('RPUSH', K_WAKE, '1') end
+end
+
+local function slot_of(h) return h.priority .. ':' .. h.tenant end
+
+local function is_eligible(h)
+  return (h.state == 'open' or h.state == 'active') and h.waiting > 0 and h.leased < h.concurrency
+end
+
+-- Keep the ready index true for one request: present in its tenant's zset (and the tenant
+-- in `ready`) exactly when it has waiting work, a free slot and is not cancelled or finished.
+local function sync_ready(h)
+  local slot = slot_of(h)
+  local tk = tenant_key(slot)
+  if is_eligible(h) then
+    if not redis.call('ZSCORE', tk, h.id) then
+      redis.call('ZADD', tk, next_seq(), h.id)
+      if not redis.call('ZSCORE', K_READY, slot) then
+        redis.call('ZADD', K_READY, (99 - h.priority) * BAND + next_seq(), slot)
+      end
+      wake()
+    end
+  elseif redis.call('ZREM', tk, h.id) == 1 and redis.call('EXISTS', tk) == 0 then
+    redis.call('ZREM', K_READY, slot)
+  end
+end
+
+local function set_state(h, new_state, now)
+  if h.state == new_state then return end
+  redis.call('ZREM', state_key(h.state), h.id)
+  redis.call('ZADD', state_key(new_state), now, h.id)
+  redis.call('HSET', req_key(h.id), 'state', new_state, 'updated_ms', now)
+  h.state = new_state
+end
+
+-- Apply counter deltas to the request hash and the table together.
+local function bump(h, deltas)
+  local args = {}
+  for f, d in pairs(deltas) do
+    if d ~= 0 then
+      h[f] = h[f] + d
+      args[#args + 1] = f
+      args[#args + 1] = h[f]
+    end
+  end
+  if #args > 0 then redis.call('HSET', req_key(h.id), unpack(args)) end
+end
+
+local function bump_waiting_stat(h, d)
+  if d ~= 0 then redis.call('HINCRBY', K_STATS, 'w:' .. h.priority, d) end
+end
+
+-- Record a request's completion exactly once: stored, then announced. Returns the final state
+-- or nil if the request is not finished.
+local function maybe_complete(h, now)
+  if not (h.state == 'active' or h.state == 'cancelling') then return nil end
+  if h.waiting ~= 0 or h.leased ~= 0 or h.delayed ~= 0 then return nil end
+  local final = 'done'
+  if h.state == 'cancelling' then final = 'cancelled'
+  elseif h.dead > 0 then final = 'failed' end
+  set_state(h, final, now)
+  redis.call('HSET', req_key(h.id), 'finished_ms', now)
+  sync_ready(h)
+  local ttl = h.retention_ms
+  if h.dead == 0 then
+    redis.call('DEL', stream_key(h.id), rel_key(h.id), deadmap_key(h.id))
+  else
+    redis.call('PEXPIRE', stream_key(h.id), ttl)
+    redis.call('PEXPIRE', rel_key(h.id), ttl)
+    redis.call('PEXPIRE', deadmap_key(h.id), ttl)
+  end
+  redis.call('PEXPIRE', req_key(h.id), ttl)
+  redis.call('ZREMRANGEBYSCORE', state_key(final), '-inf', '(' .. (now - ttl))
+  event('completed', h.id, 'state', final, 'done', h.done, 'dead', h.dead, 'cancelled', h.cancelled)
+  redis.call('PUBLISH', PREFIX .. 'done:' .. h.id, final)
+  return final
+end
+
+local function split_lease(lease)
+  local rid, tid, deliv = string.match(lease, '^([^/]+)/([^/]+)/(%d+)$')
+  return rid, tid, tonumber(deliv)
+end
+
+-- Deliveries so far of one pending entry, and who holds it.
+local function pending_info(rid, tid)
+  local p = redis.call('XPENDING', stream_key(rid), GROUP, tid, tid, 1)
+  if #p == 0 then return nil, nil end
+  return tonumber(p[1][4]), p[1][2]
+end
+
+local function attempts_of(rid, tid, deliveries)
+  local rel = tonumber(redis.call('HGET', rel_key(rid), tid) or '0')
+  return deliveries - rel
+end
+
+-- Move a pending entry to a pseudo-consumer without counting a delivery.
+local function park(rid, tid, who)
+  redis.call('XCLAIM', stream_key(rid), GROUP, who, 0, tid, 'JUSTID')
+end
+
+-- A task leaves the queue for good (done or cancelled): out of the PEL and the stream.
+local function retire(rid, tid)
+  local sk = stream_key(rid)
+  redis.call('XACK', sk, GROUP, tid)
+  redis.call('XDEL', sk, tid)
+end
+
+-- Dead-letter a pending task of request h (already counted out of leased/delayed by the caller).
+local function to_dead(h, tid, attempts, err, tb, worker, now)
+  park(h.id, tid, '~dead')
+  local payload = redis.call('XRANGE', stream_key(h.id), tid, tid)
+  local body = ''
+  if #payload > 0 then body = payload[1][2][2] end
+  local did = redis.call('XADD', K_DEAD, '*', 'request', h.id, 'task', tid, 'payload', body,
+    'error', err, 'traceback', tb, 'attempts', attempts, 'worker', worker, 'ts', now,
+    'handler', h.handler, 'tenant', h.tenant)
+  redis.call('HSET', deadmap_key(h.id), tid, did)
+  bump(h, {dead = 1})
+  redis.call('HINCRBY', K_STATS, 'failed', 1)
+  event('dead', h.id, 'task', tid, 'error', string.sub(err, 1, 200), 'worker', worker)
+end
+
+-- A task goes back to waiting (lease expired, released, requeued, backoff over).
+local function to_waiting(h, tid)
+  park(h.id, tid, '~waiting')
+  bump(h, {waiting = 1, retry = 1})
+  bump_waiting_stat(h, 1)
+end

@@ -1,0 +1,29 @@
+--[[ add: append tasks to an open (not yet sealed) request: streamed fan-out.
+
+KEYS[1..8] queue-level keys (see _common.lua)
+KEYS[9]    <p>:{Q}:req:<rid>         request hash
+KEYS[10]   <p>:{Q}:req:<rid>:tasks   task stream
+Derived:   tr:<prio>:<tenant> (see _common.lua)
+
+ARGV[1] rid   ARGV[2] now (ms)   ARGV[3..] task payloads (JSON text)
+
+Returns the request's new total.
+Errors (as integers): -2 no such request, -3 request is sealed (or cancelled/finished)
+--]]
+--@include common
+
+local rid, now = ARGV[1], now_ms(ARGV[2])
+local h = load_req(rid)
+if not h then return -2 end
+if h.state ~= 'open' then return -3 end
+local sk = KEYS[10]
+for i = 3, #ARGV do
+  redis.call('XADD', sk, '*', 'p', ARGV[i])
+end
+local n = #ARGV - 2
+bump(h, {total = n, waiting = n})
+redis.call('HSET', KEYS[9], 'updated_ms', now)
+bump_waiting_stat(h, n)
+redis.call('HINCRBY', K_STATS, 'submitted', n)
+sync_ready(h)
+return h.total

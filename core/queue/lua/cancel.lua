@@ -1,0 +1,47 @@
+--[[ cancel: a request delivers no more tasks. Waiting and delayed tasks are dropped and
+counted as cancelled; leased ones keep running until their workers see the cancellation
+(extend answers 2) and release, ack or fail them. The request completes as "cancelled" when
+none is leased any more: at once if none is. Cancelling a finished request changes nothing.
+
+KEYS[1..8] queue-level keys (see _common.lua)
+KEYS[9]    <p>:{Q}:req:<rid>         request hash
+KEYS[10]   <p>:{Q}:req:<rid>:tasks   task stream
+Derived:   req:<rid>:rel|dead, tr:<prio>:<tenant>, state:<state>, done:<rid>
+
+ARGV[1] rid   ARGV[2] now (ms)
+
+Returns {state, dropped, running}
+Errors: -2 no such request
+--]]
+--@include common
+
+local rid, now = ARGV[1], now_ms(ARGV[2])
+local sk = KEYS[10]
+local h = load_req(rid)
+if not h then return -2 end
+if h.state ~= 'open' and h.state ~= 'active' then return {h.state, 0, h.leased} end
+
+-- Entries never delivered: move the group's cursor past them.
+redis.call('XGROUP', 'SETID', sk, GROUP, '$')
+-- Parked entries, waiting or in backoff: out of the PEL and the stream.
+for _, who in ipairs({'~waiting', '~delayed'}) do
+  while true do
+    local p = redis.call('XPENDING', sk, GROUP, '-', '+', 500, who)
+    if #p == 0 then break end
+    local ids = {}
+    for i, e in ipairs(p) do
+      ids[i] = e[1]
+      if who == '~delayed' then redis.call('ZREM', K_DELAYED, rid .. '/' .. e[1]) end
+    end
+    redis.call('XACK', sk, GROUP, unpack(ids))
+    redis.call('XDEL', sk, unpack(ids))
+  end
+end
+local dropped = h.waiting + h.delayed
+bump_waiting_stat(h, -h.waiting)
+bump(h, {waiting = -h.waiting, retry = -h.retry, delayed = -h.delayed, cancelled = dropped})
+set_state(h, 'cancelling', now)
+event('cancelled', rid, 'dropped', dropped, 'running', h.leased)
+sync_ready(h)
+maybe_complete(h, now)
+return {h.state, dropped, h.leased}

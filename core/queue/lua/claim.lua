@@ -1,0 +1,45 @@
+--[[ claim: an operator moves a leased task to another consumer, or releases it back to
+waiting (consumer ""). Only a task that is still leased can be claimed: the state is checked
+here, not by the caller. The old lease stops being valid, so its holder's ack is refused.
+Neither move counts as an attempt.
+
+KEYS[1..8] queue-level keys (see _common.lua)
+KEYS[9]    <p>:{Q}:req:<rid>         request hash
+KEYS[10]   <p>:{Q}:req:<rid>:tasks   task stream
+Derived:   req:<rid>:rel, tr:<prio>:<tenant>, state:<state>, done:<rid>
+
+ARGV[1] rid   ARGV[2] now (ms)   ARGV[3] task id   ARGV[4] consumer ("" = release)
+
+Returns {1, lease, attempt, payload, handler, lease_ms, previous holder} for a claim,
+        {1, "", 0, "", "", 0, previous holder} for a release
+Errors: -2 no such request, -5 task is not leased
+--]]
+--@include common
+
+local rid, now, tid, consumer = ARGV[1], now_ms(ARGV[2]), ARGV[3], ARGV[4]
+local sk = KEYS[10]
+local h = load_req(rid)
+if not h then return -2 end
+local deliveries, holder = pending_info(rid, tid)
+if not holder or string.sub(holder, 1, 1) == '~' then return -5 end
+local old = rid .. '/' .. tid .. '/' .. deliveries
+if redis.call('ZREM', K_LEASES, old) == 0 then return -5 end
+redis.call('HINCRBY', rel_key(rid), tid, 1)
+if consumer == '' then
+  bump(h, {leased = -1})
+  if h.state == 'cancelling' then
+    retire(rid, tid)
+    bump(h, {cancelled = 1})
+  else
+    to_waiting(h, tid)
+  end
+  event('released', rid, 'task', tid, 'worker', holder)
+  sync_ready(h)
+  maybe_complete(h, now)
+  return {1, '', 0, '', '', 0, holder}
+end
+local c = redis.call('XCLAIM', sk, GROUP, consumer, 0, tid)
+local lease = rid .. '/' .. tid .. '/' .. (deliveries + 1)
+redis.call('ZADD', K_LEASES, now + h.lease_ms, lease)
+event('claimed', rid, 'task', tid, 'worker', consumer, 'from', holder)
+return {1, lease, attempts_of(rid, tid, deliveries + 1), c[1][2][2], h.handler, h.lease_ms, holder}

@@ -1,0 +1,148 @@
+--[[ dequeue: acknowledge finished leases, then lease up to `count` new tasks. The hot path.
+
+Both halves are optional (count 0 = ack only; no leases = dequeue only), so a worker makes
+one round trip per batch: ack what it finished and take the next tasks.
+
+Ack: a lease "<rid>/<task>/<delivery>" is accepted only while it is held: present in `leases`
+with an expiry not yet past. An ack of an expired, reaped, claimed or already acked lease is
+refused and changes nothing, so a task is counted done once.
+
+Dequeue: first due retries are promoted from `delayed`; then, while tasks are wanted, the
+head of `ready` (highest priority band, least recently served tenant) gives a tenant slot,
+the head of that tenant's zset the least recently served request, and up to
+min(wanted, concurrency - leased, waiting) of its tasks are leased: parked retries first
+(XCLAIM from "~waiting"), then new entries (XREADGROUP). Request and tenant then go to the
+back of their rotations.
+
+KEYS[1..8] queue-level keys (see _common.lua)
+Derived:   req:<rid>, req:<rid>:tasks, req:<rid>:rel, tr:<prio>:<tenant>, state:<state>,
+           done:<rid> (see _common.lua)
+
+ARGV[1] now (ms)   ARGV[2] consumer   ARGV[3] count   ARGV[4..] leases to acknowledge
+
+Returns {ack_results, next_due_ms, tasks}
+  ack_results  one integer per lease: 1 acked, -1 lease not held
+  next_due_ms  when nothing was leased: ms until the next delayed task is due, else -1
+  tasks        flat: lease, attempt, payload, handler, lease_ms for each leased task
+--]]
+--@include common
+
+local now, consumer, want = now_ms(ARGV[1]), ARGV[2], tonumber(ARGV[3])
+
+local acks = {}
+for i = 4, #ARGV do
+  local lease = ARGV[i]
+  local rid, tid = split_lease(lease)
+  local score = redis.call('ZSCORE', K_LEASES, lease)
+  if not rid or not score or tonumber(score) < now then
+    acks[#acks + 1] = -1
+  else
+    redis.call('ZREM', K_LEASES, lease)
+    retire(rid, tid)
+    local h = load_req(rid)
+    bump(h, {leased = -1, done = 1})
+    sync_ready(h)
+    maybe_complete(h, now)
+    acks[#acks + 1] = 1
+  end
+end
+if #acks > 0 then redis.call('HINCRBY', K_STATS, 'done', #acks) end
+
+-- Promote retries whose backoff is over.
+local due = redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', now, 'LIMIT', 0, 100)
+for _, m in ipairs(due) do
+  redis.call('ZREM', K_DELAYED, m)
+  local rid, tid = string.match(m, '^([^/]+)/([^/]+)$')
+  local h = load_req(rid)
+  if h then
+    bump(h, {delayed = -1})
+    to_waiting(h, tid)
+    sync_ready(h)
+  end
+end
+
+local out = {}
+local got = 0
+while got < want do
+  local top = redis.call('ZRANGE', K_READY, 0, 0)
+  if #top == 0 then break end
+  local slot = top[1]
+  local tk = tenant_key(slot)
+  local head = redis.call('ZRANGE', tk, 0, 0)
+  local h = nil
+  if #head > 0 then h = load_req(head[1]) end
+  if h then
+    local n = math.min(want - got, h.concurrency - h.leased, h.waiting)
+    if n > 0 and (h.state == 'open' or h.state == 'active') then
+      local sk = stream_key(h.id)
+      local expiry = now + h.lease_ms
+      local zargs = {}
+      local from_retry = 0
+      local function lease_out(tid, deliv, attempt, payload)
+        local lease = h.id .. '/' .. tid .. '/' .. deliv
+        zargs[#zargs + 1] = expiry
+        zargs[#zargs + 1] = lease
+        out[#out + 1] = lease
+        out[#out + 1] = attempt
+        out[#out + 1] = payload
+        out[#out + 1] = h.handler
+        out[#out + 1] = h.lease_ms
+      end
+      if h.retry > 0 then
+        local parked = redis.call('XPENDING', sk, GROUP, '-', '+', math.min(n, h.retry), '~waiting')
+        for _, e in ipairs(parked) do
+          local tid, deliv = e[1], tonumber(e[4]) + 1
+          local c = redis.call('XCLAIM', sk, GROUP, consumer, 0, tid)
+          lease_out(tid, deliv, attempts_of(h.id, tid, deliv), c[1][2][2])
+          from_retry = from_retry + 1
+        end
+      end
+      local fresh = 0
+      if from_retry < n then
+        local r = redis.call('XREADGROUP', 'GROUP', GROUP, consumer, 'COUNT', n - from_retry,
+                             'STREAMS', sk, '>')
+        if r then
+          for _, e in ipairs(r[1][2]) do
+            lease_out(e[1], 1, 1, e[2][2])
+            fresh = fresh + 1
+          end
+        end
+      end
+      local taken = from_retry + fresh
+      if taken > 0 then
+        redis.call('ZADD', K_LEASES, unpack(zargs))
+        bump(h, {waiting = -taken, retry = -from_retry, leased = taken})
+        bump_waiting_stat(h, -taken)
+        got = got + taken
+      end
+      if taken < n then
+        -- The counters promised more than the stream holds. Never expected; take the request
+        -- out of rotation (so this loop cannot spin) and leave a trace for the operator.
+        event('inconsistent', h.id, 'expected', n, 'found', taken)
+        h.waiting = 0
+      end
+    end
+    if is_eligible(h) then
+      redis.call('ZADD', tk, 'XX', next_seq(), h.id)
+    else
+      redis.call('ZREM', tk, h.id)
+    end
+  elseif #head > 0 then
+    redis.call('ZREM', tk, head[1])
+  end
+  if redis.call('EXISTS', tk) == 1 then
+    local prio = tonumber(string.match(slot, '^(%d+):'))
+    redis.call('ZADD', K_READY, 'XX', (99 - prio) * BAND + next_seq(), slot)
+  else
+    redis.call('ZREM', K_READY, slot)
+  end
+end
+
+local next_due = -1
+if got > 0 then
+  if redis.call('EXISTS', K_READY) == 1 then wake() end
+else
+  local first = redis.call('ZRANGE', K_DELAYED, 0, 0, 'WITHSCORES')
+  if #first > 0 then next_due = math.max(0, tonumber(first[2]) - now) end
+end
+return {acks, next_due, out}

@@ -1,0 +1,39 @@
+--[[ extend: the worker's heartbeat. Records that the worker lives and renews the leases it
+still holds.
+
+KEYS[1..8] queue-level keys (see _common.lua)
+Derived:   req:<rid>, workers (zset name -> last beat ms), worker:<name> (hash)
+
+ARGV[1] now (ms)   ARGV[2] lease_ms (0 = each request's own lease time)
+ARGV[3] worker name ("" = renew leases only)   ARGV[4] registry entry ttl (ms)
+ARGV[5] worker info (JSON text)                ARGV[6..] leases
+
+Returns one integer per lease: 1 renewed, 2 renewed but its request is being cancelled
+(the worker should stop the task and release it), -1 not held (expired, reaped, claimed or
+finished: the worker must not ack it).
+--]]
+--@include common
+
+local now, override, worker = now_ms(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
+if worker ~= '' then
+  local wk = PREFIX .. 'worker:' .. worker
+  redis.call('ZADD', PREFIX .. 'workers', now, worker)
+  redis.call('HSET', wk, 'info', ARGV[5], 'beat_ms', now, 'leases', #ARGV - 5)
+  redis.call('PEXPIRE', wk, ARGV[4])
+end
+local out = {}
+for i = 6, #ARGV do
+  local lease = ARGV[i]
+  local rid = split_lease(lease)
+  local score = redis.call('ZSCORE', K_LEASES, lease)
+  if not rid or not score or tonumber(score) < now then
+    out[#out + 1] = -1
+  else
+    local r = redis.call('HMGET', req_key(rid), 'state', 'lease_ms')
+    local ms = override
+    if ms <= 0 then ms = tonumber(r[2]) end
+    redis.call('ZADD', K_LEASES, 'XX', now + ms, lease)
+    if r[1] == 'cancelling' then out[#out + 1] = 2 else out[#out + 1] = 1 end
+  end
+end
+return out

@@ -1,0 +1,48 @@
+--[[ fail: a handler failed its task. Retry after an exponential backoff with jitter, or
+dead-letter the task once it has used `max_attempts` (or at once when retry is refused).
+
+A task of a cancelled request is not retried: it is counted cancelled.
+
+KEYS[1..8] queue-level keys (see _common.lua)
+Derived:   req:<rid>, req:<rid>:tasks|rel|dead, tr:<prio>:<tenant>, state:<state>, done:<rid>
+
+ARGV[1] now (ms)  ARGV[2] lease  ARGV[3] error text  ARGV[4] traceback  ARGV[5] worker
+ARGV[6] jitter in [0, 1)  ARGV[7] retry allowed (1|0)
+
+Returns {1, outcome, attempts, delay_ms}; outcome: "delayed", "waiting", "dead" or "cancelled"
+Errors: -1 lease not held (expired, reaped, claimed or already finished)
+--]]
+--@include common
+
+local now, lease = now_ms(ARGV[1]), ARGV[2]
+local rid, tid, deliv = split_lease(lease)
+local score = redis.call('ZSCORE', K_LEASES, lease)
+if not rid or not score or tonumber(score) < now then return -1 end
+redis.call('ZREM', K_LEASES, lease)
+local h = load_req(rid)
+bump(h, {leased = -1})
+local attempts = attempts_of(rid, tid, deliv)
+local outcome, delay = 'dead', 0
+if h.state == 'cancelling' then
+  retire(rid, tid)
+  bump(h, {cancelled = 1})
+  outcome = 'cancelled'
+elseif ARGV[7] ~= '1' or attempts >= h.max_attempts then
+  to_dead(h, tid, attempts, ARGV[3], ARGV[4], ARGV[5], now)
+else
+  delay = math.min(h.backoff_ms * 2 ^ (attempts - 1), h.backoff_max_ms)
+  delay = math.floor(delay * (0.5 + tonumber(ARGV[6]) / 2))
+  redis.call('HINCRBY', K_STATS, 'retried', 1)
+  if delay <= 0 then
+    to_waiting(h, tid)
+    outcome = 'waiting'
+  else
+    park(rid, tid, '~delayed')
+    redis.call('ZADD', K_DELAYED, now + delay, rid .. '/' .. tid)
+    bump(h, {delayed = 1})
+    outcome = 'delayed'
+  end
+end
+sync_ready(h)
+maybe_complete(h, now)
+return {1, outcome, attempts, delay}

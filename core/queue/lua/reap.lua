@@ -1,0 +1,48 @@
+--[[ reap: leases whose expiry has passed go back to waiting, or to the dead letters when the
+task has used its attempts (the expired delivery counts as one). Tasks of a cancelled request
+are dropped as cancelled. Each recovery is an event naming the worker that held the lease.
+
+KEYS[1..8] queue-level keys (see _common.lua)
+Derived:   req:<rid>, req:<rid>:tasks|rel|dead, tr:<prio>:<tenant>, state:<state>, done:<rid>
+
+ARGV[1] now (ms)   ARGV[2] at most this many leases
+
+Returns flat: request, task, worker, outcome ("waiting", "dead" or "cancelled") per lease
+--]]
+--@include common
+
+local now, limit = now_ms(ARGV[1]), tonumber(ARGV[2])
+local expired = redis.call('ZRANGEBYSCORE', K_LEASES, '-inf', '(' .. now, 'LIMIT', 0, limit)
+local out = {}
+for _, lease in ipairs(expired) do
+  redis.call('ZREM', K_LEASES, lease)
+  local rid, tid, deliv = split_lease(lease)
+  local h = load_req(rid)
+  local _, worker = pending_info(rid, tid)
+  worker = worker or '?'
+  bump(h, {leased = -1})
+  local outcome
+  if h.state == 'cancelling' then
+    retire(rid, tid)
+    bump(h, {cancelled = 1})
+    outcome = 'cancelled'
+  else
+    local attempts = attempts_of(rid, tid, deliv)
+    if attempts >= h.max_attempts then
+      to_dead(h, tid, attempts, 'lease expired: worker ' .. worker .. ' stopped renewing it',
+              '', worker, now)
+      outcome = 'dead'
+    else
+      to_waiting(h, tid)
+      outcome = 'waiting'
+    end
+  end
+  event('reaped', rid, 'task', tid, 'worker', worker, 'outcome', outcome)
+  sync_ready(h)
+  maybe_complete(h, now)
+  out[#out + 1] = rid
+  out[#out + 1] = tid
+  out[#out + 1] = worker
+  out[#out + 1] = outcome
+end
+return out

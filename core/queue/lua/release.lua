@@ -1,0 +1,38 @@
+--[[ release: a worker gives leases back without finishing them (graceful shutdown, or a task
+stopped because its request was cancelled). A release is not counted as an attempt.
+
+KEYS[1..8] queue-level keys (see _common.lua)
+Derived:   req:<rid>, req:<rid>:tasks|rel, tr:<prio>:<tenant>, state:<state>, done:<rid>
+
+ARGV[1] now (ms)   ARGV[2..] leases
+
+Returns one integer per lease: 1 back to waiting, 2 dropped as cancelled, -1 not held.
+--]]
+--@include common
+
+local now = now_ms(ARGV[1])
+local out = {}
+for i = 2, #ARGV do
+  local lease = ARGV[i]
+  local rid, tid = split_lease(lease)
+  local score = redis.call('ZSCORE', K_LEASES, lease)
+  if not rid or not score or tonumber(score) < now then
+    out[#out + 1] = -1
+  else
+    redis.call('ZREM', K_LEASES, lease)
+    local h = load_req(rid)
+    bump(h, {leased = -1})
+    if h.state == 'cancelling' then
+      retire(rid, tid)
+      bump(h, {cancelled = 1})
+      out[#out + 1] = 2
+    else
+      redis.call('HINCRBY', rel_key(rid), tid, 1)
+      to_waiting(h, tid)
+      out[#out + 1] = 1
+    end
+    sync_ready(h)
+    maybe_complete(h, now)
+  end
+end
+return out

@@ -1,0 +1,24 @@
+--[[ seal: declare that an open request gets no more tasks; it completes when they are done.
+
+Sealing twice is harmless: a sealed request's state is returned unchanged.
+
+KEYS[1..8] queue-level keys (see _common.lua)
+KEYS[9]    <p>:{Q}:req:<rid>   request hash
+Derived:   state:<state>, tr:<prio>:<tenant>, req:<rid>:tasks|rel|dead, done:<rid>
+
+ARGV[1] rid   ARGV[2] now (ms)
+
+Returns the request's state after sealing (active, or done/failed if nothing is left).
+Errors: -2 no such request
+--]]
+--@include common
+
+local rid, now = ARGV[1], now_ms(ARGV[2])
+local h = load_req(rid)
+if not h then return -2 end
+if h.state == 'open' then
+  set_state(h, 'active', now)
+  event('sealed', rid, 'tasks', h.total)
+  maybe_complete(h, now)
+end
+return h.state

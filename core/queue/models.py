@@ -1,0 +1,141 @@
+"""Plain values the engine hands back: leases, submit results, introspection rows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+TERMINAL_STATES = frozenset({"done", "failed", "cancelled"})
+STATES = ("open", "active", "cancelling", "done", "failed", "cancelled")
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """One task leased to a consumer. `lease` is the token to ack, fail, extend or release."""
+
+    lease: str
+    attempt: int
+    payload: Any
+    handler: str
+    lease_ms: int
+
+    @property
+    def request_id(self) -> str:
+        return self.lease.split("/", 1)[0]
+
+    @property
+    def task_id(self) -> str:
+        return self.lease.split("/", 2)[1]
+
+
+@dataclass(frozen=True, slots=True)
+class Submitted:
+    request_id: str
+    created: bool
+    state: str
+    total: int
+
+
+@dataclass(frozen=True, slots=True)
+class FailOutcome:
+    outcome: str  # "delayed", "waiting", "dead" or "cancelled"
+    attempts: int
+    delay_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Reaped:
+    request_id: str
+    task_id: str
+    worker: str
+    outcome: str  # "waiting", "dead" or "cancelled"
+
+
+@dataclass(frozen=True, slots=True)
+class Cancelled:
+    state: str
+    dropped: int
+    running: int
+
+
+@dataclass(frozen=True, slots=True)
+class RequestInfo:
+    id: str
+    state: str
+    priority: int
+    concurrency: int
+    tenant: str
+    handler: str
+    total: int
+    waiting: int
+    leased: int
+    delayed: int
+    done: int
+    dead: int
+    cancelled: int
+    max_attempts: int
+    lease_ms: int
+    created_ms: int
+    updated_ms: int
+    finished_ms: int | None
+
+    @classmethod
+    def from_hash(cls, rid: str, h: dict[str, str]) -> RequestInfo:
+        def i(name: str) -> int:
+            return int(h.get(name) or 0)
+
+        return cls(
+            id=rid, state=h["state"], priority=i("priority"), concurrency=i("concurrency"),
+            tenant=h.get("tenant", ""), handler=h.get("handler", ""), total=i("total"),
+            waiting=i("waiting"), leased=i("leased"), delayed=i("delayed"), done=i("done"),
+            dead=i("dead"), cancelled=i("cancelled"), max_attempts=i("max_attempts"),
+            lease_ms=i("lease_ms"), created_ms=i("created_ms"), updated_ms=i("updated_ms"),
+            finished_ms=int(h["finished_ms"]) if h.get("finished_ms") else None,
+        )
+
+    @property
+    def finished(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+
+@dataclass(frozen=True, slots=True)
+class PendingEntry:
+    """A task in a request's pending entries list: leased to a worker, or parked."""
+
+    task_id: str
+    consumer: str  # a worker, or "~waiting", "~delayed", "~dead"
+    idle_ms: int
+    deliveries: int
+    lease_expires_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    id: str
+    request_id: str
+    task_id: str
+    payload: str
+    error: str
+    traceback: str
+    attempts: int
+    worker: str
+    ts_ms: int
+    handler: str
+    tenant: str
+
+    @classmethod
+    def from_entry(cls, eid: str, f: dict[str, str]) -> DeadLetter:
+        return cls(
+            id=eid, request_id=f.get("request", ""), task_id=f.get("task", ""),
+            payload=f.get("payload", ""), error=f.get("error", ""),
+            traceback=f.get("traceback", ""), attempts=int(f.get("attempts") or 0),
+            worker=f.get("worker", ""), ts_ms=int(f.get("ts") or 0),
+            handler=f.get("handler", ""), tenant=f.get("tenant", ""),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    name: str
+    last_beat_ms: int
+    info: dict[str, str]

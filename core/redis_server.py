@@ -1,0 +1,101 @@
+"""Start and stop a project-managed `redis-server` (the embedded default stack and the tests).
+
+Stopped by PID: nothing here ever touches a Redis it did not start.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class RedisServer:
+    """A redis-server child process with its data in `data_dir`."""
+
+    port: int
+    data_dir: Path
+    process: subprocess.Popen[bytes]
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def stop(self, *, sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
+        """Stop the server (SIGTERM lets it write its append-only file) and wait for it."""
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def start_redis(
+    data_dir: Path | str,
+    *,
+    port: int | None = None,
+    appendonly: bool = True,
+    fsync: str = "everysec",
+    extra: list[str] | None = None,
+    ready_timeout: float = 10.0,
+) -> RedisServer:
+    """Start redis-server on 127.0.0.1:`port` (a free one by default) and wait until it answers."""
+    exe = shutil.which("redis-server")
+    if exe is None:
+        raise RuntimeError("redis-server is not installed (Debian: apt-get install redis-server)")
+    data = Path(data_dir)
+    data.mkdir(parents=True, exist_ok=True)
+    port = port or free_port()
+    args = [
+        exe, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data.resolve()),
+        "--save", "", "--appendonly", "yes" if appendonly else "no",
+        "--appendfsync", fsync, "--daemonize", "no", "--protected-mode", "yes",
+        "--logfile", str((data / "redis.log").resolve()),
+        *(extra or []),
+    ]
+    proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    server = RedisServer(port, data, proc)
+    deadline = time.monotonic() + ready_timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            log = (data / "redis.log").read_text(errors="replace")[-2000:] if (data / "redis.log").exists() else ""
+            raise RuntimeError(f"redis-server exited with {proc.returncode} on port {port}:\n{log}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2) as s:
+                s.sendall(b"PING\r\n")
+                if s.recv(64).startswith(b"+PONG"):
+                    return server
+        except OSError:
+            pass
+        time.sleep(0.02)
+    server.stop(sig=signal.SIGKILL)
+    raise RuntimeError(f"redis-server did not answer on port {port} within {ready_timeout}s")
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
