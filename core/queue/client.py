@@ -231,7 +231,7 @@ class Queue:
     def dequeue(self, consumer: str, count: int = 1) -> list[Lease]:
         """Lease up to `count` tasks to `consumer` (highest priority first, fair within)."""
         validate_id(consumer, "consumer name")
-        return self.ack_and_dequeue(consumer, _int_in(count, "count", 1, 10_000))[1]
+        return self.ack_and_dequeue(consumer, _int_in(count, "count", 1, 1000))[1]
 
     def ack(self, lease: Lease | str) -> None:
         """Mark a leased task done; raises LeaseLost if the lease is no longer held."""

@@ -1,4 +1,4 @@
--- Shared helpers, pasted into a script where it says `--@include common`.
+-- Shared helpers, pasted into each script that names this file in an include line.
 --
 -- Every ARGV "now (ms)" may be 0: the script then reads the Redis server's clock (TIME).
 --

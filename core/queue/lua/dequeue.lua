@@ -82,6 +82,10 @@ while got < want do
         local lease = h.id .. '/' .. tid .. '/' .. deliv
         zargs[#zargs + 1] = expiry
         zargs[#zargs + 1] = lease
+        if #zargs >= 1000 then  -- unpack() has a limit: flush in chunks
+          redis.call('ZADD', K_LEASES, unpack(zargs))
+          zargs = {}
+        end
         out[#out + 1] = lease
         out[#out + 1] = attempt
         out[#out + 1] = payload
@@ -109,8 +113,8 @@ while got < want do
         end
       end
       local taken = from_retry + fresh
+      if #zargs > 0 then redis.call('ZADD', K_LEASES, unpack(zargs)) end
       if taken > 0 then
-        redis.call('ZADD', K_LEASES, unpack(zargs))
         bump(h, {waiting = -taken, retry = -from_retry, leased = taken})
         bump_waiting_stat(h, -taken)
         got = got + taken

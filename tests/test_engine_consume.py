@@ -1,0 +1,178 @@
+"""Leasing, acking, failing, extending, releasing and reaping: the consumer's side."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from core.queue import LeaseLost, Queue, introspect
+from tests.conftest import FakeClock
+
+
+def test_priority_is_strict_between_levels(queue: Queue) -> None:
+    queue.submit(["low"] * 3, request_id="low", priority=10)
+    queue.submit(["high"] * 3, request_id="high", priority=90)
+    queue.submit(["mid"] * 3, request_id="mid", priority=50)
+    order = [lease.payload for lease in queue.dequeue("w", 9)]
+    assert order == ["high"] * 3 + ["mid"] * 3 + ["low"] * 3
+
+
+def test_concurrency_limit_holds_until_a_slot_frees(queue: Queue) -> None:
+    queue.submit(list(range(10)), request_id="r", concurrency=2)
+    first = queue.dequeue("w1", 10)
+    assert len(first) == 2
+    assert queue.dequeue("w2", 10) == []
+    queue.ack(first[0])
+    assert [lease.payload for lease in queue.dequeue("w2", 10)] == [2]
+
+
+def test_a_full_request_lets_lower_priority_work_through(queue: Queue) -> None:
+    queue.submit(["high"] * 5, request_id="high", priority=90, concurrency=1)
+    queue.submit(["low"] * 5, request_id="low", priority=10)
+    assert [lease.payload for lease in queue.dequeue("w", 3)] == ["high", "low", "low"]
+
+
+def test_tenants_share_a_priority_level_in_turn(queue: Queue) -> None:
+    for i in range(5):
+        queue.submit(["a"] * 4, request_id=f"a{i}", tenant="big")
+    queue.submit(["b"] * 4, request_id="b0", tenant="small")
+    got = [queue.dequeue("w", 1)[0] for _ in range(8)]
+    assert [lease.payload for lease in got].count("b") == 4
+    big = [lease.request_id for lease in got if lease.payload == "a"]
+    assert big == ["a0", "a1", "a2", "a3"]  # requests of one tenant rotate as well
+
+
+def test_ack_is_accepted_once(queue: Queue) -> None:
+    queue.submit([1, 2], request_id="r")
+    lease = queue.dequeue("w", 1)[0]
+    queue.ack(lease)
+    with pytest.raises(LeaseLost):
+        queue.ack(lease)
+    info = introspect.request(queue, "r")
+    assert info is not None and (info.done, info.leased, info.waiting) == (1, 0, 1)
+
+
+def test_ack_after_lease_expiry_is_refused_even_before_the_reaper_runs(queue: Queue, clock: FakeClock) -> None:
+    queue.submit([1], request_id="r", lease_ms=1000)
+    lease = queue.dequeue("w", 1)[0]
+    clock.advance(1001)
+    with pytest.raises(LeaseLost):
+        queue.ack(lease)
+    assert queue.extend([lease]) == [-1]
+    reaped = queue.reap()
+    assert [(r.request_id, r.worker, r.outcome) for r in reaped] == [("r", "w", "waiting")]
+    again = queue.dequeue("w", 1)[0]
+    assert again.task_id == lease.task_id and again.attempt == 2
+    with pytest.raises(LeaseLost):  # the first delivery's lease stays dead after redelivery
+        queue.ack(lease)
+    queue.ack(again)
+    assert queue.state("r") == "done"
+
+
+def test_extension_keeps_a_slow_task_from_being_reaped(queue: Queue, clock: FakeClock) -> None:
+    queue.submit([1], request_id="r", lease_ms=1000)
+    lease = queue.dequeue("w", 1)[0]
+    for _ in range(10):
+        clock.advance(600)
+        assert queue.extend([lease]) == [1]
+        assert queue.reap() == []
+    queue.ack(lease)
+    assert queue.state("r") == "done"
+
+
+def test_failure_retries_with_exponential_backoff_then_dead_letters(queue: Queue, clock: FakeClock) -> None:
+    queue.submit([{"x": 1}], request_id="r", max_attempts=3, backoff_ms=1000, backoff_max_ms=3000)
+    delays = []
+    for attempt in (1, 2):
+        lease = queue.dequeue("w", 1)[0]
+        assert lease.attempt == attempt
+        out = queue.fail(lease, "ValueError: bad", "Traceback ...", worker="w")
+        assert out.outcome == "delayed" and out.attempts == attempt
+        delays.append(out.delay_ms)
+        assert queue.dequeue("w", 1) == []  # not before its backoff is over
+        clock.advance(out.delay_ms)
+    assert 500 <= delays[0] <= 1000 and 1000 <= delays[1] <= 2000  # base * 2^(n-1), jittered
+    lease = queue.dequeue("w", 1)[0]
+    out = queue.fail(lease, "ValueError: bad", "Traceback ...", worker="w")
+    assert (out.outcome, out.attempts) == ("dead", 3)
+    assert queue.wait("r", timeout=0) == "failed"
+    [letter] = introspect.dead_letters(queue)
+    assert (letter.request_id, letter.task_id, letter.attempts) == ("r", lease.task_id, 3)
+    assert (letter.error, letter.traceback, letter.worker) == ("ValueError: bad", "Traceback ...", "w")
+    assert letter.payload == '{"x":1}'
+
+
+def test_dequeue_reports_when_the_next_retry_is_due(queue: Queue, clock: FakeClock) -> None:
+    queue.submit([1], request_id="r", backoff_ms=5000, backoff_max_ms=5000)
+    out = queue.fail(queue.dequeue("w", 1)[0], "e")
+    _, leases, next_due = queue.ack_and_dequeue("w", 1)
+    assert leases == [] and next_due == out.delay_ms
+    clock.advance(out.delay_ms)
+    assert len(queue.ack_and_dequeue("w", 1)[1]) == 1
+
+
+def test_fail_without_retry_dead_letters_at_once(queue: Queue) -> None:
+    queue.submit([1, 2], request_id="r", max_attempts=5)
+    out = queue.fail(queue.dequeue("w", 1)[0], "fatal", retry=False)
+    assert (out.outcome, out.attempts) == ("dead", 1)
+    queue.ack(queue.dequeue("w", 1)[0])
+    assert queue.state("r") == "failed"
+
+
+def test_fail_of_a_lost_lease_is_refused(queue: Queue) -> None:
+    queue.submit([1], request_id="r")
+    lease = queue.dequeue("w", 1)[0]
+    queue.ack(lease)
+    with pytest.raises(LeaseLost):
+        queue.fail(lease, "late")
+    assert introspect.dead_letters(queue) == []
+
+
+def test_reaping_after_the_last_attempt_dead_letters_naming_the_worker(queue: Queue, clock: FakeClock) -> None:
+    queue.submit([1], request_id="r", max_attempts=1, lease_ms=500)
+    queue.dequeue("w-17", 1)
+    clock.advance(501)
+    [reaped] = queue.reap()
+    assert (reaped.worker, reaped.outcome) == ("w-17", "dead")
+    [letter] = introspect.dead_letters(queue)
+    assert "w-17" in letter.error and "lease expired" in letter.error
+    assert queue.state("r") == "failed"
+
+
+def test_release_returns_work_without_spending_an_attempt(queue: Queue) -> None:
+    queue.submit([1], request_id="r", max_attempts=1)
+    lease = queue.dequeue("w", 1)[0]
+    assert queue.release([lease]) == [1]
+    assert queue.release([lease]) == [-1]
+    again = queue.dequeue("w", 1)[0]
+    assert again.attempt == 1
+    out = queue.fail(again, "boom")
+    assert out.outcome == "dead"  # max_attempts=1: this was the first attempt
+
+
+def test_ack_and_dequeue_is_one_round_trip_for_a_batch(
+    queue: Queue, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queue.submit(list(range(64)), request_id="r")
+    _, batch, _ = queue.ack_and_dequeue("w", 32)
+    assert len(batch) == 32
+    sent: list[object] = []
+    real = redis_client.execute_command
+
+    def counting(*args: object, **kwargs: object) -> object:
+        sent.append(args[0])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(redis_client, "execute_command", counting)
+    accepted, batch2, _ = queue.ack_and_dequeue("w", 32, [lease.lease for lease in batch])
+    assert accepted == [True] * 32 and len(batch2) == 32
+    assert sent == ["EVALSHA"]  # 64 tasks moved (32 acked, 32 leased) in one round trip
+    monkeypatch.undo()
+    queue.ack_many(batch2)
+    assert queue.state("r") == "done"
+
+
+def test_wait_for_work_wakes_on_submit_and_times_out_when_idle(queue: Queue) -> None:
+    assert queue.wait_for_work(0.05) is False
+    queue.submit([1])
+    assert queue.wait_for_work(1.0) is True
