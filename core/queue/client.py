@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+import orjson
 import redis
 
 from .errors import (
@@ -43,10 +44,10 @@ SUBMIT_BATCH = 10_000  # tasks per script call: bounds how long one call holds R
 DAY_MS = 86_400_000
 
 
-def _dumps(payload: Any) -> str:
+def _dumps(payload: Any) -> bytes:
     try:
-        return json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
-    except (TypeError, ValueError) as exc:
+        return orjson.dumps(payload)
+    except orjson.JSONEncodeError as exc:
         raise InvalidInput(f"task payload is not JSON-serialisable: {exc}") from exc
 
 
@@ -117,17 +118,19 @@ class Queue:
         with _translated(name):
             return self._scripts[name](keys=[*self._qkeys, *extra_keys], args=args)
 
-    def _encode(self, tasks: Iterable[Any]) -> list[str]:
-        out = []
+    def _encode(self, tasks: Iterable[Any]) -> list[bytes]:
+        tasks = tasks if isinstance(tasks, list | tuple) else list(tasks)
+        try:
+            out = [orjson.dumps(task) for task in tasks]
+        except orjson.JSONEncodeError:
+            out = [_dumps(task) for task in tasks]  # raises, naming the cause
         limit = self.max_payload_bytes
-        for i, task in enumerate(tasks):
-            text = _dumps(task)
-            if len(text) > limit // 4 and len(text.encode()) > limit:
+        for i, text in enumerate(out):
+            if len(text) > limit:
                 raise PayloadTooLarge(
-                    f"task {i} payload is {len(text.encode())} bytes; the limit is {limit}. "
+                    f"task {i} payload is {len(text)} bytes; the limit is {limit}. "
                     "Put the data somewhere shared and send a reference to it."
                 )
-            out.append(text)
         return out
 
     # -- producing ----------------------------------------------------------------------
@@ -195,7 +198,7 @@ class Queue:
             total = self._add(rid, payloads[i : i + SUBMIT_BATCH])
         return total
 
-    def _add(self, rid: str, payloads: list[str]) -> int:
+    def _add(self, rid: str, payloads: list[bytes]) -> int:
         reply = self._run(
             "add", [rid, self._now(), *payloads], [self.keys.request(rid), self.keys.tasks(rid)]
         )
@@ -221,7 +224,7 @@ class Queue:
         """
         reply = self._run("dequeue", [self._now(), consumer, count, *acks])
         flat = reply[2]
-        loads = json.loads
+        loads = orjson.loads
         leases = [
             Lease(flat[i], int(flat[i + 1]), loads(flat[i + 2]), flat[i + 3], int(flat[i + 4]))
             for i in range(0, len(flat), 5)
@@ -317,7 +320,7 @@ class Queue:
         """Move a leased task to `consumer`; the previous holder's lease stops being valid."""
         validate_id(consumer, "consumer name")
         reply = self._claim(request_id, task_id, consumer)
-        return Lease(reply[1], int(reply[2]), json.loads(reply[3]), reply[4], int(reply[5]))
+        return Lease(reply[1], int(reply[2]), orjson.loads(reply[3]), reply[4], int(reply[5]))
 
     def release_task(self, request_id: str, task_id: str) -> str:
         """Take a leased task from its holder and put it back to waiting; returns the holder."""
