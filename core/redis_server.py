@@ -66,10 +66,25 @@ def start_redis(
     data.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
     args = [
-        exe, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data.resolve()),
-        "--save", "", "--appendonly", "yes" if appendonly else "no",
-        "--appendfsync", fsync, "--daemonize", "no", "--protected-mode", "yes",
-        "--logfile", str((data / "redis.log").resolve()),
+        exe,
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--dir",
+        str(data.resolve()),
+        "--save",
+        "",
+        "--appendonly",
+        "yes" if appendonly else "no",
+        "--appendfsync",
+        fsync,
+        "--daemonize",
+        "no",
+        "--protected-mode",
+        "yes",
+        "--logfile",
+        str((data / "redis.log").resolve()),
         *(extra or []),
     ]
     proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
@@ -77,7 +92,11 @@ def start_redis(
     deadline = time.monotonic() + ready_timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            log = (data / "redis.log").read_text(errors="replace")[-2000:] if (data / "redis.log").exists() else ""
+            log = (
+                (data / "redis.log").read_text(errors="replace")[-2000:]
+                if (data / "redis.log").exists()
+                else ""
+            )
             raise RuntimeError(f"redis-server exited with {proc.returncode} on port {port}:\n{log}")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.2) as s:
@@ -99,3 +118,80 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+@dataclass
+class RedisCluster:
+    """A Redis Cluster of `servers` (one master each, no replicas) made for tests."""
+
+    servers: list[RedisServer]
+
+    @property
+    def startup_nodes(self) -> list[tuple[str, int]]:
+        return [("127.0.0.1", s.port) for s in self.servers]
+
+    def stop(self) -> None:
+        for s in self.servers:
+            s.stop()
+
+
+def start_cluster(
+    data_dir: Path | str, *, masters: int = 3, ready_timeout: float = 30.0
+) -> RedisCluster:
+    """Start `masters` cluster-enabled redis-servers, join them with `redis-cli --cluster
+    create`, and wait until every node reports cluster_state:ok."""
+    root = Path(data_dir)
+    servers: list[RedisServer] = []
+    try:
+        for i in range(masters):
+            servers.append(
+                start_redis(
+                    root / f"node{i}",
+                    appendonly=False,
+                    extra=[
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-config-file",
+                        "nodes.conf",
+                        "--cluster-node-timeout",
+                        "5000",
+                    ],
+                )
+            )
+        cli = shutil.which("redis-cli")
+        if cli is None:
+            raise RuntimeError("redis-cli is not installed (Debian: apt-get install redis-tools)")
+        subprocess.run(
+            [
+                cli,
+                "--cluster",
+                "create",
+                *(f"127.0.0.1:{s.port}" for s in servers),
+                "--cluster-replicas",
+                "0",
+                "--cluster-yes",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=ready_timeout,
+        )
+        deadline = time.monotonic() + ready_timeout
+        while True:
+            states = [
+                subprocess.run(
+                    [cli, "-p", str(s.port), "cluster", "info"],
+                    capture_output=True,
+                    text=True,
+                    timeout=5,
+                ).stdout
+                for s in servers
+            ]
+            if all("cluster_state:ok" in st for st in states):
+                return RedisCluster(servers)
+            if time.monotonic() > deadline:
+                raise RuntimeError("Redis Cluster did not reach cluster_state:ok")
+            time.sleep(0.1)
+    except BaseException:
+        for s in servers:
+            s.stop()
+        raise

@@ -52,7 +52,9 @@ def test_ack_is_accepted_once(queue: Queue) -> None:
     assert info is not None and (info.done, info.leased, info.waiting) == (1, 0, 1)
 
 
-def test_ack_after_lease_expiry_is_refused_even_before_the_reaper_runs(queue: Queue, clock: FakeClock) -> None:
+def test_ack_after_lease_expiry_is_refused_even_before_the_reaper_runs(
+    queue: Queue, clock: FakeClock
+) -> None:
     queue.submit([1], request_id="r", lease_ms=1000)
     lease = queue.dequeue("w", 1)[0]
     clock.advance(1001)
@@ -80,7 +82,9 @@ def test_extension_keeps_a_slow_task_from_being_reaped(queue: Queue, clock: Fake
     assert queue.state("r") == "done"
 
 
-def test_failure_retries_with_exponential_backoff_then_dead_letters(queue: Queue, clock: FakeClock) -> None:
+def test_failure_retries_with_exponential_backoff_then_dead_letters(
+    queue: Queue, clock: FakeClock
+) -> None:
     queue.submit([{"x": 1}], request_id="r", max_attempts=3, backoff_ms=1000, backoff_max_ms=3000)
     delays = []
     for attempt in (1, 2):
@@ -98,7 +102,11 @@ def test_failure_retries_with_exponential_backoff_then_dead_letters(queue: Queue
     assert queue.wait("r", timeout=0) == "failed"
     [letter] = introspect.dead_letters(queue)
     assert (letter.request_id, letter.task_id, letter.attempts) == ("r", lease.task_id, 3)
-    assert (letter.error, letter.traceback, letter.worker) == ("ValueError: bad", "Traceback ...", "w")
+    assert (letter.error, letter.traceback, letter.worker) == (
+        "ValueError: bad",
+        "Traceback ...",
+        "w",
+    )
     assert letter.payload == '{"x":1}'
 
 
@@ -128,7 +136,9 @@ def test_fail_of_a_lost_lease_is_refused(queue: Queue) -> None:
     assert introspect.dead_letters(queue) == []
 
 
-def test_reaping_after_the_last_attempt_dead_letters_naming_the_worker(queue: Queue, clock: FakeClock) -> None:
+def test_reaping_after_the_last_attempt_dead_letters_naming_the_worker(
+    queue: Queue, clock: FakeClock
+) -> None:
     queue.submit([1], request_id="r", max_attempts=1, lease_ms=500)
     queue.dequeue("w-17", 1)
     clock.advance(501)

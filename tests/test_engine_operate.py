@@ -8,7 +8,15 @@ import time
 import pytest
 import redis
 
-from core.queue import LeaseLost, NotLeased, Queue, RequestCancelled, RequestSealed, UnknownRequest, introspect
+from core.queue import (
+    LeaseLost,
+    NotLeased,
+    Queue,
+    RequestCancelled,
+    RequestSealed,
+    UnknownRequest,
+    introspect,
+)
 from core.queue.scripts import SCRIPT_NAMES, expand, source
 from tests.conftest import FakeClock
 
@@ -46,7 +54,9 @@ def test_wait_times_out_on_a_running_request(queue: Queue) -> None:
     assert queue.wait("r", timeout=0.05) is None
 
 
-def test_cancel_drops_waiting_and_delayed_and_flags_running_tasks(queue: Queue, redis_client: redis.Redis) -> None:
+def test_cancel_drops_waiting_and_delayed_and_flags_running_tasks(
+    queue: Queue, redis_client: redis.Redis
+) -> None:
     queue.submit(list(range(6)), request_id="r", concurrency=2, backoff_ms=60_000)
     a, b = queue.dequeue("w", 2)
     queue.fail(a, "transient")  # now delayed
@@ -57,7 +67,12 @@ def test_cancel_drops_waiting_and_delayed_and_flags_running_tasks(queue: Queue, 
     assert queue.release([b]) == [2]
     assert queue.wait("r", timeout=0) == "cancelled"
     info = introspect.request(queue, "r")
-    assert info is not None and (info.cancelled, info.waiting, info.delayed, info.leased) == (6, 0, 0, 0)
+    assert info is not None and (info.cancelled, info.waiting, info.delayed, info.leased) == (
+        6,
+        0,
+        0,
+        0,
+    )
     assert redis_client.zcard(queue.keys.delayed) == 0
     assert introspect.stats(queue).waiting == 0
     assert completions(redis_client, queue, "r") == ["cancelled"]
@@ -72,7 +87,9 @@ def test_a_running_task_of_a_cancelled_request_may_still_finish(queue: Queue) ->
     assert info is not None and (info.state, info.done, info.cancelled) == ("cancelled", 1, 1)
 
 
-def test_cancel_is_idempotent_and_closes_an_open_request(queue: Queue, redis_client: redis.Redis) -> None:
+def test_cancel_is_idempotent_and_closes_an_open_request(
+    queue: Queue, redis_client: redis.Redis
+) -> None:
     queue.open(request_id="o")
     queue.add("o", [1])
     assert queue.cancel("o").state == "cancelled"
@@ -84,7 +101,9 @@ def test_cancel_is_idempotent_and_closes_an_open_request(queue: Queue, redis_cli
     assert completions(redis_client, queue, "o") == ["cancelled"]
 
 
-def test_requeue_by_dead_letter_id_reopens_a_failed_request(queue: Queue, redis_client: redis.Redis) -> None:
+def test_requeue_by_dead_letter_id_reopens_a_failed_request(
+    queue: Queue, redis_client: redis.Redis
+) -> None:
     queue.submit([1, 2], request_id="r", max_attempts=1)
     for lease in queue.dequeue("w", 2):
         queue.fail(lease, "boom")
@@ -151,7 +170,12 @@ def test_stats_requests_and_pending_views(queue: Queue, clock: FakeClock) -> Non
     assert stats.waiting_by_priority == {70: 2}
     assert (stats.waiting, stats.leased, stats.delayed, stats.dead) == (2, 1, 0, 1)
     assert stats.requests_by_state == {
-        "open": 1, "active": 1, "cancelling": 0, "done": 0, "failed": 1, "cancelled": 0,
+        "open": 1,
+        "active": 1,
+        "cancelling": 0,
+        "done": 0,
+        "failed": 1,
+        "cancelled": 0,
     }
     page, cursor = introspect.requests(queue, "active", limit=1)
     assert [r.id for r in page] == ["a"] and cursor is None
@@ -177,7 +201,9 @@ def test_requests_are_paged_newest_first(queue: Queue, clock: FakeClock) -> None
     assert seen == ["r4", "r3", "r2", "r1", "r0"]
 
 
-def test_heartbeat_registers_the_worker_and_renews_its_leases(queue: Queue, clock: FakeClock) -> None:
+def test_heartbeat_registers_the_worker_and_renews_its_leases(
+    queue: Queue, clock: FakeClock
+) -> None:
     queue.submit([1], request_id="r", lease_ms=1000)
     lease = queue.dequeue("w1", 1)[0]
     clock.advance(900)
@@ -185,7 +211,11 @@ def test_heartbeat_registers_the_worker_and_renews_its_leases(queue: Queue, cloc
     clock.advance(900)
     assert queue.reap() == []
     [worker] = introspect.workers(queue)
-    assert (worker.name, worker.last_beat_ms, worker.info) == ("w1", clock.now - 900, {"host": "h", "pid": 42})
+    assert (worker.name, worker.last_beat_ms, worker.info) == (
+        "w1",
+        clock.now - 900,
+        {"host": "h", "pid": 42},
+    )
     assert introspect.stats(queue).workers == 1
     queue.unregister("w1")
     assert introspect.workers(queue) == []
@@ -207,7 +237,7 @@ def test_include_expands_one_level_and_fails_clearly() -> None:
     def missing(name: str) -> str:
         raise FileNotFoundError(name)
 
-    with pytest.raises(LookupError, match="no file lua/_zzz.lua"):
+    with pytest.raises(LookupError, match=r"no file lua/_zzz\.lua"):
         expand("--@include zzz", read=missing)
     with pytest.raises(ValueError, match="one level only"):
         expand("--@include nested", read=files.__getitem__)

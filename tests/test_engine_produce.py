@@ -11,8 +11,8 @@ from core.queue import (
     Queue,
     RequestSealed,
     UnknownRequest,
+    introspect,
 )
-from core.queue import introspect
 
 
 def keys_of(client: redis.Redis, prefix: str) -> list[str]:
@@ -44,7 +44,9 @@ def test_submit_is_idempotent_on_request_id(queue: Queue, redis_client: redis.Re
     assert len(queue.dequeue("w", 10)) == 2
 
 
-def test_all_keys_of_a_queue_share_its_hash_tag(queue: Queue, redis_client: redis.Redis, prefix: str) -> None:
+def test_all_keys_of_a_queue_share_its_hash_tag(
+    queue: Queue, redis_client: redis.Redis, prefix: str
+) -> None:
     queue.submit([1, 2], request_id="a")
     lease = queue.dequeue("w", 1)[0]
     queue.fail(lease, "boom", retry=False)
@@ -67,7 +69,9 @@ def test_streamed_request_runs_while_open_and_completes_only_when_sealed(queue: 
     assert queue.wait("s", timeout=0) == "done"
 
 
-def test_sealing_with_work_left_keeps_it_running_and_sealing_twice_is_harmless(queue: Queue) -> None:
+def test_sealing_with_work_left_keeps_it_running_and_sealing_twice_is_harmless(
+    queue: Queue,
+) -> None:
     queue.open(request_id="s")
     queue.add("s", [1])
     assert queue.seal("s") == "active"
@@ -76,7 +80,9 @@ def test_sealing_with_work_left_keeps_it_running_and_sealing_twice_is_harmless(q
         queue.add("s", [2])
 
 
-def test_add_and_seal_refuse_an_unknown_request(queue: Queue, redis_client: redis.Redis, prefix: str) -> None:
+def test_add_and_seal_refuse_an_unknown_request(
+    queue: Queue, redis_client: redis.Redis, prefix: str
+) -> None:
     with pytest.raises(UnknownRequest):
         queue.add("nope", [1])
     with pytest.raises(UnknownRequest):
@@ -86,7 +92,9 @@ def test_add_and_seal_refuse_an_unknown_request(queue: Queue, redis_client: redi
     assert keys_of(redis_client, prefix) == []
 
 
-@pytest.mark.parametrize("bad", ["a:b", "a{b}", "{q}", "has space", "new\nline", "", "x" * 129, "/x", 7])
+@pytest.mark.parametrize(
+    "bad", ["a:b", "a{b}", "{q}", "has space", "new\nline", "", "x" * 129, "/x", 7]
+)
 def test_ids_that_could_escape_a_key_name_are_refused(
     queue: Queue, redis_client: redis.Redis, prefix: str, bad: object
 ) -> None:
@@ -163,3 +171,9 @@ def test_redis_unreachable_is_a_queue_error_not_a_traceback_from_redis_py() -> N
     q = Queue.from_url(f"redis://127.0.0.1:{free_port()}/0", "q")
     with pytest.raises(RedisUnavailable, match="Redis is unreachable"):
         q.submit([1])
+
+
+def test_a_client_that_returns_bytes_is_refused_with_a_clear_message(redis_server) -> None:  # type: ignore[no-untyped-def]
+    raw = redis.Redis.from_url(redis_server.url)
+    with pytest.raises(InvalidInput, match="decode_responses=True"):
+        Queue(raw, "q")

@@ -19,7 +19,17 @@ from .errors import (
 from .models import Lease, RequestInfo, Submitted
 
 __all__ = [
-    "InvalidInput", "Lease", "LeaseLost", "NotLeased", "PayloadTooLarge", "Queue", "QueueError",
-    "RedisUnavailable", "RequestCancelled", "RequestInfo", "RequestSealed", "Submitted",
+    "InvalidInput",
+    "Lease",
+    "LeaseLost",
+    "NotLeased",
+    "PayloadTooLarge",
+    "Queue",
+    "QueueError",
+    "RedisUnavailable",
+    "RequestCancelled",
+    "RequestInfo",
+    "RequestSealed",
+    "Submitted",
     "UnknownRequest",
 ]

@@ -83,7 +83,9 @@ class Queue:
         max_payload_bytes: int = MAX_PAYLOAD_BYTES,
         clock: Callable[[], int] | None = None,
     ) -> None:
-        self.redis = client
+        if not client.get_connection_kwargs().get("decode_responses"):
+            raise InvalidInput("the Redis client must be made with decode_responses=True")
+        self.redis: Any = client
         self.name = name
         self.keys = QueueKeys(prefix, name)
         self.max_payload_bytes = max_payload_bytes
@@ -274,7 +276,10 @@ class Queue:
         return [int(r) for r in self._run("extend", [self._now(), lease_ms, "", 0, "", *tokens])]
 
     def release(self, leases: Sequence[Lease | str]) -> list[int]:
-        """Give leases back unfinished (not an attempt); per lease 1 waiting, 2 cancelled, -1 lost."""
+        """Give leases back unfinished, not counted as an attempt.
+
+        Per lease: 1 back to waiting, 2 dropped (request cancelled), -1 not held.
+        """
         tokens = [x.lease if isinstance(x, Lease) else x for x in leases]
         if not tokens:
             return []
@@ -295,12 +300,14 @@ class Queue:
     def cancel(self, request_id: str) -> Cancelled:
         """Stop a request: waiting tasks are dropped, running ones are told to stop."""
         rid = validate_id(request_id, "request id")
-        reply = self._run("cancel", [rid, self._now()], [self.keys.request(rid), self.keys.tasks(rid)])
+        reply = self._run(
+            "cancel", [rid, self._now()], [self.keys.request(rid), self.keys.tasks(rid)]
+        )
         check_code(reply, f"cancel request {rid!r}")
         return Cancelled(reply[0], int(reply[1]), int(reply[2]))
 
     def requeue(self, dead_ids: Sequence[str]) -> tuple[int, int]:
-        """Put dead letters back to waiting by their dead-stream ids; returns (requeued, skipped)."""
+        """Put dead letters back to waiting by dead-stream id; returns (requeued, skipped)."""
         ids = [validate_task_id(d) for d in dead_ids]
         if not ids:
             return 0, 0
@@ -330,7 +337,9 @@ class Queue:
         rid = validate_id(request_id, "request id")
         tid = validate_task_id(task_id)
         reply = self._run(
-            "claim", [rid, self._now(), tid, consumer], [self.keys.request(rid), self.keys.tasks(rid)]
+            "claim",
+            [rid, self._now(), tid, consumer],
+            [self.keys.request(rid), self.keys.tasks(rid)],
         )
         check_code(reply, f"task {tid} of request {rid!r}")
         return reply
@@ -370,8 +379,12 @@ class Queue:
     # -- workers ------------------------------------------------------------------------
 
     def heartbeat(
-        self, worker: str, info: dict[str, Any], leases: Sequence[Lease | str] = (),
-        *, ttl_ms: int = 60_000,
+        self,
+        worker: str,
+        info: dict[str, Any],
+        leases: Sequence[Lease | str] = (),
+        *,
+        ttl_ms: int = 60_000,
     ) -> list[int]:
         """Record that `worker` lives (with `info`) and renew its leases, in one round trip.
 
@@ -390,4 +403,3 @@ class Queue:
             self.redis.pipeline(transaction=False).zrem(self.keys.workers, worker).delete(
                 self.keys.worker(worker)
             ).execute()
-

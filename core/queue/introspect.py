@@ -13,6 +13,12 @@ from .keys import validate_id
 from .models import STATES, DeadLetter, PendingEntry, RequestInfo, WorkerInfo
 
 
+def _r(q: Queue) -> Any:
+    """The queue's client, untyped: redis-py types replies as bytes | str whatever the
+    connection decodes; ours always decodes to str."""
+    return q.redis
+
+
 @dataclass(frozen=True)
 class QueueStats:
     queue: str
@@ -27,10 +33,15 @@ class QueueStats:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "queue": self.queue, "waiting": self.waiting,
+            "queue": self.queue,
+            "waiting": self.waiting,
             "waiting_by_priority": {str(k): v for k, v in self.waiting_by_priority.items()},
-            "leased": self.leased, "delayed": self.delayed, "dead": self.dead,
-            "requests": self.requests_by_state, "workers": self.workers, "totals": self.totals,
+            "leased": self.leased,
+            "delayed": self.delayed,
+            "dead": self.dead,
+            "requests": self.requests_by_state,
+            "workers": self.workers,
+            "totals": self.totals,
         }
 
 
@@ -39,7 +50,7 @@ def stats(q: Queue, *, worker_timeout_ms: int = 15_000) -> QueueStats:
     k = q.keys
     now = q.now_ms()
     with _translated("stats"):
-        pipe = q.redis.pipeline(transaction=False)
+        pipe = _r(q).pipeline(transaction=False)
         pipe.hgetall(k.stats).zcard(k.leases).zcard(k.delayed).xlen(k.dead)
         for s in STATES:
             pipe.zcard(k.state_index(s))
@@ -49,11 +60,15 @@ def stats(q: Queue, *, worker_timeout_ms: int = 15_000) -> QueueStats:
     by_prio = {int(f[2:]): int(v) for f, v in raw.items() if f.startswith("w:") and int(v)}
     totals = {f: int(v) for f, v in raw.items() if not f.startswith("w:")}
     return QueueStats(
-        queue=q.name, waiting=sum(by_prio.values()),
+        queue=q.name,
+        waiting=sum(by_prio.values()),
         waiting_by_priority=dict(sorted(by_prio.items(), reverse=True)),
-        leased=r[1], delayed=r[2], dead=r[3],
+        leased=r[1],
+        delayed=r[2],
+        dead=r[3],
         requests_by_state=dict(zip(STATES, r[4 : 4 + len(STATES)], strict=True)),
-        workers=r[-1], totals=totals,
+        workers=r[-1],
+        totals=totals,
     )
 
 
@@ -61,7 +76,7 @@ def request(q: Queue, request_id: str) -> RequestInfo | None:
     """One request's metadata and counters, or None if unknown."""
     rid = validate_id(request_id, "request id")
     with _translated("request"):
-        h = q.redis.hgetall(q.keys.request(rid))
+        h = _r(q).hgetall(q.keys.request(rid))
     return RequestInfo.from_hash(rid, h) if h else None
 
 
@@ -73,12 +88,18 @@ def requests(
         raise ValueError(f"unknown state {state!r}; one of {', '.join(STATES)}")
     top = "+inf" if after is None else f"({after}"
     with _translated("requests"):
-        rows = q.redis.zrange(
-            q.keys.state_index(state), top, "-inf", byscore=True, desc=True,
-            offset=0, num=limit + 1, withscores=True,
+        rows = _r(q).zrange(
+            q.keys.state_index(state),
+            top,
+            "-inf",
+            byscore=True,
+            desc=True,
+            offset=0,
+            num=limit + 1,
+            withscores=True,
         )
         page = rows[:limit]
-        pipe = q.redis.pipeline(transaction=False)
+        pipe = _r(q).pipeline(transaction=False)
         for rid, _ in page:
             pipe.hgetall(q.keys.request(rid))
         hashes = pipe.execute()
@@ -87,27 +108,27 @@ def requests(
     return out, cursor
 
 
-def pending(
-    q: Queue, request_id: str, *, after: str = "-", count: int = 50
-) -> list[PendingEntry]:
+def pending(q: Queue, request_id: str, *, after: str = "-", count: int = 50) -> list[PendingEntry]:
     """A page of a request's pending entries: leased tasks with their lease expiry, and
     parked ones (consumer "~waiting", "~delayed" or "~dead")."""
     rid = validate_id(request_id, "request id")
     start = after if after == "-" else f"({after}"
     with _translated("pending"):
         try:
-            rows = q.redis.xpending_range(q.keys.tasks(rid), "g", start, "+", count)
+            rows = _r(q).xpending_range(q.keys.tasks(rid), "g", start, "+", count)
         except redis.ResponseError as exc:
             if "NOGROUP" not in str(exc):
                 raise
             return []  # a finished request's stream is gone: nothing is pending
-        pipe = q.redis.pipeline(transaction=False)
+        pipe = _r(q).pipeline(transaction=False)
         for r in rows:
             pipe.zscore(q.keys.leases, f"{rid}/{r['message_id']}/{r['times_delivered']}")
         expiries = pipe.execute()
     return [
         PendingEntry(
-            task_id=r["message_id"], consumer=r["consumer"], idle_ms=int(r["time_since_delivered"]),
+            task_id=r["message_id"],
+            consumer=r["consumer"],
+            idle_ms=int(r["time_since_delivered"]),
             deliveries=int(r["times_delivered"]),
             lease_expires_ms=int(e) if e is not None else None,
         )
@@ -115,21 +136,19 @@ def pending(
     ]
 
 
-def dead_letters(
-    q: Queue, *, before: str | None = None, count: int = 50
-) -> list[DeadLetter]:
+def dead_letters(q: Queue, *, before: str | None = None, count: int = 50) -> list[DeadLetter]:
     """A page of dead letters, newest first; pass the last id as `before` for the next."""
     top = "+" if before is None else f"({before}"
     with _translated("dead_letters"):
-        rows = q.redis.xrevrange(q.keys.dead, top, "-", count=count)
+        rows = _r(q).xrevrange(q.keys.dead, top, "-", count=count)
     return [DeadLetter.from_entry(eid, f) for eid, f in rows]
 
 
 def workers(q: Queue) -> list[WorkerInfo]:
     """Registered workers, most recent heartbeat first."""
     with _translated("workers"):
-        rows = q.redis.zrange(q.keys.workers, 0, -1, desc=True, withscores=True)
-        pipe = q.redis.pipeline(transaction=False)
+        rows = _r(q).zrange(q.keys.workers, 0, -1, desc=True, withscores=True)
+        pipe = _r(q).pipeline(transaction=False)
         for name, _ in rows:
             pipe.hget(q.keys.worker(name), "info")
         infos = pipe.execute()

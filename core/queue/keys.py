@@ -49,7 +49,9 @@ class QueueKeys:
     @property
     def script_keys(self) -> list[str]:
         b = self.base
-        return [b + s for s in ("ready", "leases", "delayed", "dead", "events", "wake", "seq", "stats")]
+        return [
+            b + s for s in ("ready", "leases", "delayed", "dead", "events", "wake", "seq", "stats")
+        ]
 
     @property
     def ready(self) -> str:

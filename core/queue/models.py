@@ -85,11 +85,23 @@ class RequestInfo:
             return int(h.get(name) or 0)
 
         return cls(
-            id=rid, state=h["state"], priority=i("priority"), concurrency=i("concurrency"),
-            tenant=h.get("tenant", ""), handler=h.get("handler", ""), total=i("total"),
-            waiting=i("waiting"), leased=i("leased"), delayed=i("delayed"), done=i("done"),
-            dead=i("dead"), cancelled=i("cancelled"), max_attempts=i("max_attempts"),
-            lease_ms=i("lease_ms"), created_ms=i("created_ms"), updated_ms=i("updated_ms"),
+            id=rid,
+            state=h["state"],
+            priority=i("priority"),
+            concurrency=i("concurrency"),
+            tenant=h.get("tenant", ""),
+            handler=h.get("handler", ""),
+            total=i("total"),
+            waiting=i("waiting"),
+            leased=i("leased"),
+            delayed=i("delayed"),
+            done=i("done"),
+            dead=i("dead"),
+            cancelled=i("cancelled"),
+            max_attempts=i("max_attempts"),
+            lease_ms=i("lease_ms"),
+            created_ms=i("created_ms"),
+            updated_ms=i("updated_ms"),
             finished_ms=int(h["finished_ms"]) if h.get("finished_ms") else None,
         )
 
@@ -126,11 +138,17 @@ class DeadLetter:
     @classmethod
     def from_entry(cls, eid: str, f: dict[str, str]) -> DeadLetter:
         return cls(
-            id=eid, request_id=f.get("request", ""), task_id=f.get("task", ""),
-            payload=f.get("payload", ""), error=f.get("error", ""),
-            traceback=f.get("traceback", ""), attempts=int(f.get("attempts") or 0),
-            worker=f.get("worker", ""), ts_ms=int(f.get("ts") or 0),
-            handler=f.get("handler", ""), tenant=f.get("tenant", ""),
+            id=eid,
+            request_id=f.get("request", ""),
+            task_id=f.get("task", ""),
+            payload=f.get("payload", ""),
+            error=f.get("error", ""),
+            traceback=f.get("traceback", ""),
+            attempts=int(f.get("attempts") or 0),
+            worker=f.get("worker", ""),
+            ts_ms=int(f.get("ts") or 0),
+            handler=f.get("handler", ""),
+            tenant=f.get("tenant", ""),
         )
 
 

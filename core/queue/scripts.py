@@ -10,8 +10,17 @@ from typing import Any
 _INCLUDE = re.compile(r"^--@include (\w+)\s*$", re.MULTILINE)
 
 SCRIPT_NAMES = (
-    "submit", "add", "seal", "dequeue", "fail", "extend", "release", "reap", "cancel",
-    "requeue", "claim",
+    "submit",
+    "add",
+    "seal",
+    "dequeue",
+    "fail",
+    "extend",
+    "release",
+    "reap",
+    "cancel",
+    "requeue",
+    "claim",
 )
 
 

@@ -1,0 +1,40 @@
+"""What the management commands do, as plain functions that tests call directly.
+
+Every failure a person can cause or fix leaves as a CommandError with a message saying what
+to do; engine and Redis errors are translated here, in one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management.base import CommandError
+
+from core.conf import redacted
+from core.queue import InvalidInput, QueueError, RedisUnavailable, UnknownRequest
+
+
+def unreachable_message(url: str) -> str:
+    return (
+        f"cannot reach Redis at {redacted(url)}. Start the stack with `make run` (it starts "
+        "the project's own redis-server on port 6390), or set REDIS_URL to a Redis that runs."
+    )
+
+
+@contextmanager
+def command_errors(action: str) -> Iterator[None]:
+    """Turn engine and configuration errors raised inside into CommandErrors."""
+    try:
+        yield
+    except RedisUnavailable as exc:
+        cause = exc.__cause__ or exc
+        raise CommandError(f"{action}: {unreachable_message(settings.REDIS_URL)} ({cause})") from exc
+    except (InvalidInput, UnknownRequest) as exc:
+        raise CommandError(f"{action}: {exc}") from exc
+    except QueueError as exc:
+        raise CommandError(f"{action} failed: {exc}") from exc
+    except ImproperlyConfigured as exc:
+        raise CommandError(str(exc)) from exc

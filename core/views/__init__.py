@@ -1,0 +1,1 @@
+"""The console's views, one module per page."""
