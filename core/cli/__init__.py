@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any, TextIO, cast
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -38,3 +39,9 @@ def command_errors(action: str) -> Iterator[None]:
         raise CommandError(f"{action} failed: {exc}") from exc
     except ImproperlyConfigured as exc:
         raise CommandError(str(exc)) from exc
+
+
+def raw_stream(stream: Any) -> TextIO:
+    """The file under a management command's OutputWrapper: rich writes control sequences and
+    partial lines that the wrapper's line-ending logic would mangle."""
+    return cast(TextIO, getattr(stream, "_out", stream))

@@ -217,14 +217,15 @@ class Queue:
     # -- consuming ----------------------------------------------------------------------
 
     def ack_and_dequeue(
-        self, consumer: str, count: int, acks: Sequence[str] = ()
+        self, consumer: str, count: int, acks: Sequence[str] = (), *, lease_ms: int = 0
     ) -> tuple[list[bool], list[Lease], int]:
         """Acknowledge `acks`, then lease up to `count` tasks: one round trip.
 
+        `lease_ms` (0: each request's own) is how long the leases last unless renewed.
         Returns (accepted flag per ack, new leases, ms until the next delayed task is due or
         -1; the last only when nothing was leased).
         """
-        reply = self._run("dequeue", [self._now(), consumer, count, *acks])
+        reply = self._run("dequeue", [self._now(), consumer, count, lease_ms, *acks])
         flat = reply[2]
         loads = orjson.loads
         leases = [
@@ -385,15 +386,18 @@ class Queue:
         leases: Sequence[Lease | str] = (),
         *,
         ttl_ms: int = 60_000,
+        lease_ms: int = 0,
     ) -> list[int]:
         """Record that `worker` lives (with `info`) and renew its leases, in one round trip.
 
-        Returns per lease what extend() returns.
+        `lease_ms` (0: each request's own) is the renewed lease length. Returns per lease
+        what extend() returns.
         """
         validate_id(worker, "worker name")
         tokens = [x.lease if isinstance(x, Lease) else x for x in leases]
         reply = self._run(
-            "extend", [self._now(), 0, worker, ttl_ms, json.dumps(info, default=str), *tokens]
+            "extend",
+            [self._now(), lease_ms, worker, ttl_ms, json.dumps(info, default=str), *tokens],
         )
         return [int(r) for r in reply]
 

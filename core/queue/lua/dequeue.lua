@@ -18,7 +18,9 @@ KEYS[1..8] queue-level keys (see _common.lua)
 Derived:   req:<rid>, req:<rid>:tasks, req:<rid>:rel, tr:<prio>:<tenant>, state:<state>,
            done:<rid> (see _common.lua)
 
-ARGV[1] now (ms)   ARGV[2] consumer   ARGV[3] count   ARGV[4..] leases to acknowledge
+ARGV[1] now (ms)   ARGV[2] consumer   ARGV[3] count
+ARGV[4] lease_ms (0 = each request's own; a worker passes how soon it must be presumed dead)
+ARGV[5..] leases to acknowledge
 
 Returns {ack_results, next_due_ms, tasks}
   ack_results  one integer per lease: 1 acked, -1 lease not held
@@ -28,9 +30,10 @@ Returns {ack_results, next_due_ms, tasks}
 --@include common
 
 local now, consumer, want = now_ms(ARGV[1]), ARGV[2], tonumber(ARGV[3])
+local lease_override = tonumber(ARGV[4])
 
 local acks = {}
-for i = 4, #ARGV do
+for i = 5, #ARGV do
   local lease = ARGV[i]
   local rid, tid = split_lease(lease)
   local score = redis.call('ZSCORE', K_LEASES, lease)
@@ -75,7 +78,9 @@ while got < want do
     local n = math.min(want - got, h.concurrency - h.leased, h.waiting)
     if n > 0 and (h.state == 'open' or h.state == 'active') then
       local sk = stream_key(h.id)
-      local expiry = now + h.lease_ms
+      local lease_ms = h.lease_ms
+      if lease_override > 0 then lease_ms = lease_override end
+      local expiry = now + lease_ms
       local zargs = {}
       local from_retry = 0
       local function lease_out(tid, deliv, attempt, payload)
@@ -90,7 +95,7 @@ while got < want do
         out[#out + 1] = attempt
         out[#out + 1] = payload
         out[#out + 1] = h.handler
-        out[#out + 1] = h.lease_ms
+        out[#out + 1] = lease_ms
       end
       if h.retry > 0 then
         local parked = redis.call('XPENDING', sk, GROUP, '-', '+', math.min(n, h.retry), '~waiting')

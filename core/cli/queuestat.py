@@ -1,0 +1,68 @@
+"""`manage.py queuestat`: depths, requests per state, live workers and totals of queues."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from typing import TextIO
+
+from rich.console import Console
+from rich.table import Table
+
+from core.cli import command_errors
+from core.conf import DEFAULT_QUEUE, get_queue
+from core.queue import introspect
+from core.queue.introspect import QueueStats
+from core.queue.models import STATES
+
+# Cumulative counters kept by the engine, in the order worth reading them.
+TOTALS = ("submitted", "done", "retried", "failed")
+
+
+def collect(queues: Sequence[str] = ()) -> list[QueueStats]:
+    """Stats of each named queue (the default queue if none), in the order given."""
+    names = list(dict.fromkeys(queues)) or [DEFAULT_QUEUE]
+    with command_errors("queuestat"):
+        return [introspect.stats(get_queue(name)) for name in names]
+
+
+def queuestat(
+    queues: Sequence[str] = (), *, as_json: bool = False, stdout: TextIO | None = None
+) -> list[QueueStats]:
+    """Print the stats of `queues` as a table (or JSON) on `stdout`, and return them."""
+    stdout = stdout or sys.stdout
+    stats = collect(queues)
+    if as_json:
+        stdout.write(json.dumps({"queues": [s.as_dict() for s in stats]}, indent=2) + "\n")
+    else:
+        Console(file=stdout).print(table(stats))
+    return stats
+
+
+def table(stats: Sequence[QueueStats]) -> Table:
+    """One column per queue, one row per measure."""
+    t = Table(title="queue stats", title_justify="left")
+    t.add_column("")
+    for s in stats:
+        t.add_column(s.queue, justify="right")
+
+    def row(label: str, values: Sequence[object], *, end_section: bool = False) -> None:
+        t.add_row(label, *(str(v) for v in values), end_section=end_section)
+
+    row("waiting", [s.waiting for s in stats])
+    priorities = sorted({p for s in stats for p in s.waiting_by_priority}, reverse=True)
+    for p in priorities:
+        row(f"  priority {p}", [s.waiting_by_priority.get(p, 0) for s in stats])
+    row("leased", [s.leased for s in stats])
+    row("delayed", [s.delayed for s in stats])
+    row("dead letters", [s.dead for s in stats])
+    row("live workers", [s.workers for s in stats], end_section=True)
+    for state in STATES:
+        row(f"requests {state}", [s.requests_by_state.get(state, 0) for s in stats])
+    t.rows[-1].end_section = True
+    names = [n for n in TOTALS if any(n in s.totals for s in stats)]
+    names += sorted({n for s in stats for n in s.totals} - set(TOTALS))
+    for name in names:
+        row(f"total {name}", [s.totals.get(name, 0) for s in stats])
+    return t

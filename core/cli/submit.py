@@ -1,0 +1,220 @@
+"""`manage.py submit`: read tasks, submit one request, optionally wait for it with a progress
+bar driven by the request's counters."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from django.core.management.base import CommandError
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
+from core.cli import command_errors
+from core.conf import get_queue
+from core.queue import PayloadTooLarge, Queue, introspect
+from core.queue.models import RequestInfo
+
+POLL_S = 0.2
+JSON_OPENERS = ("{", "[", '"')
+
+# Where a task came from ("argument 2", "tasks.jsonl line 7"), so errors can point at it.
+Sourced = tuple[str, Any]
+
+
+@dataclass(frozen=True)
+class SubmitOutcome:
+    request_id: str
+    created: bool
+    total: int
+    state: str  # after submit, or the final state when waited for
+
+
+def parse_argument(position: int, text: str) -> Any:
+    """A task given on the command line: JSON if it parses, else the text as a JSON string.
+
+    Text that starts like JSON (an object, array or string) but does not parse is an error
+    rather than a string, since it is almost certainly a typo."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        if text.lstrip().startswith(JSON_OPENERS):
+            raise CommandError(
+                f"argument {position} is not valid JSON ({exc.msg} at column {exc.colno}): "
+                f"{_clip(text)}"
+            ) from exc
+        return text
+
+
+def read_jsonl(path: str, *, stdin: TextIO | None = None) -> list[Sourced]:
+    """Tasks from a JSON-lines file, one JSON value per line ("-" reads standard input).
+    Blank lines are skipped."""
+    label = "standard input" if path == "-" else path
+    if path == "-":
+        return _parse_lines(stdin or sys.stdin, label)
+    try:
+        with open(path, encoding="utf-8") as f:
+            return _parse_lines(f, label)
+    except OSError as exc:
+        raise CommandError(f"cannot read task file {path}: {exc.strerror or exc}") from exc
+
+
+def _parse_lines(lines: TextIO, label: str) -> list[Sourced]:
+    out: list[Sourced] = []
+    number = 0
+    try:
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                out.append((f"{label} line {number}", json.loads(line)))
+            except json.JSONDecodeError as exc:
+                raise CommandError(
+                    f"{label}, line {number}: not valid JSON ({exc.msg} at column {exc.colno}); "
+                    "each line must hold one JSON value"
+                ) from exc
+    except UnicodeDecodeError as exc:
+        raise CommandError(f"{label}, line {number + 1}: not UTF-8 text ({exc.reason})") from exc
+    return out
+
+
+def read_tasks(
+    task_args: Sequence[str] = (), file: str | None = None, *, stdin: TextIO | None = None
+) -> list[Sourced]:
+    """Tasks from command-line arguments, then from the JSON-lines `file`, in that order."""
+    tasks = [(f"argument {i}", parse_argument(i, a)) for i, a in enumerate(task_args, 1)]
+    if file is not None:
+        tasks += read_jsonl(file, stdin=stdin)
+    return tasks
+
+
+def submit(
+    task_args: Sequence[str] = (),
+    *,
+    file: str | None = None,
+    queue: str | None = None,
+    priority: int | None = None,
+    concurrency: int | None = None,
+    tenant: str | None = None,
+    handler: str | None = None,
+    max_attempts: int | None = None,
+    request_id: str | None = None,
+    wait: bool = False,
+    timeout: float | None = None,
+    stdin: TextIO | None = None,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+) -> SubmitOutcome:
+    """Submit one request; print its id on `stdout`. With `wait`, follow it to the end and
+    raise CommandError unless it ends done. Options left None take the engine's defaults."""
+    stdout = stdout or sys.stdout
+    stderr = stderr or sys.stderr
+    if timeout is not None and not wait:
+        raise CommandError("--timeout applies only with --wait")
+    if timeout is not None and timeout <= 0:
+        raise CommandError(f"--timeout must be a positive number of seconds, got {timeout}")
+    sourced = read_tasks(task_args, file, stdin=stdin)
+    if not sourced:
+        raise CommandError(
+            "nothing to submit: give tasks as JSON arguments, or --file FILE.jsonl (- for stdin)"
+        )
+    options: dict[str, Any] = {
+        k: v
+        for k, v in {
+            "priority": priority, "concurrency": concurrency, "tenant": tenant,
+            "handler": handler, "max_attempts": max_attempts,
+        }.items()
+        if v is not None
+    }
+    with command_errors("submit"):
+        q = get_queue(queue)
+        try:
+            sub = q.submit([t for _, t in sourced], request_id=request_id, **options)
+        except PayloadTooLarge as exc:
+            raise CommandError(_too_large(exc, sourced, q.max_payload_bytes)) from exc
+    stdout.write(f"{sub.request_id}\n")
+    stdout.flush()
+    if not sub.created:
+        stderr.write(
+            f"request {sub.request_id} already exists in queue {q.name} (state {sub.state}, "
+            f"{sub.total} tasks); nothing was submitted\n"
+        )
+    outcome = SubmitOutcome(sub.request_id, sub.created, sub.total, sub.state)
+    if not wait:
+        return outcome
+    with command_errors("wait"):
+        info = wait_for(q, sub.request_id, timeout=timeout, stderr=stderr)
+    if info.state != "done":
+        raise CommandError(
+            f"request {info.id} ended {info.state}: {info.done} of {info.total} tasks done, "
+            f"{info.dead} dead-lettered, {info.cancelled} cancelled"
+        )
+    return SubmitOutcome(sub.request_id, sub.created, sub.total, info.state)
+
+
+def wait_for(
+    q: Queue, request_id: str, *, timeout: float | None = None, stderr: TextIO | None = None
+) -> RequestInfo:
+    """Poll the request's counters into a progress bar until it finishes; its final info.
+
+    Raises CommandError on timeout or Ctrl-C (the request itself keeps running)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    console = Console(file=stderr or sys.stderr)
+    columns = (
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("{task.fields[detail]}"), TimeElapsedColumn(),
+    )
+    try:
+        with Progress(*columns, console=console) as progress:
+            bar = progress.add_task(request_id, total=None, detail="")
+            while True:
+                info = introspect.request(q, request_id)
+                if info is None:
+                    raise CommandError(
+                        f"request {request_id} is gone from queue {q.name} (expired?)"
+                    )
+                progress.update(
+                    bar, total=info.total or None,
+                    completed=info.done + info.dead + info.cancelled,
+                    detail=f"{info.state} · leased {info.leased} · delayed {info.delayed} · "
+                    f"dead {info.dead}",
+                )
+                if info.finished:
+                    return info
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise CommandError(
+                        f"timed out after {timeout:g}s waiting for request {request_id} "
+                        f"({info.state}, {info.done + info.dead + info.cancelled} of "
+                        f"{info.total} tasks finished); it keeps running in queue {q.name}"
+                    )
+                time.sleep(POLL_S if left is None else min(POLL_S, left))
+    except KeyboardInterrupt:
+        raise CommandError(
+            f"stopped waiting; request {request_id} keeps running in queue {q.name}"
+        ) from None
+
+
+def _too_large(exc: PayloadTooLarge, sourced: list[Sourced], limit: int) -> str:
+    for where, task in sourced:
+        size = len(json.dumps(task, separators=(",", ":"), ensure_ascii=False).encode())
+        if size > limit:
+            return (
+                f"{where}: the task is {size} bytes; a task may hold at most {limit}. "
+                "Put the data somewhere shared (a file, an object store) and submit a reference."
+            )
+    return f"submit: {exc}"
+
+
+def _clip(text: str, width: int = 60) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"

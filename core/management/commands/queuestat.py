@@ -1,0 +1,27 @@
+"""Queue depths at a glance: `manage.py queuestat [--queue Q ...] [--json]`."""
+
+from __future__ import annotations
+
+from argparse import ArgumentParser
+from typing import Any
+
+from django.core.management.base import BaseCommand
+
+from core.cli import raw_stream
+from core.cli.queuestat import queuestat
+
+
+class Command(BaseCommand):
+    help = (
+        "Depths (waiting per priority, leased, delayed, dead), requests per state, live "
+        "workers and totals of one or more queues."
+    )
+
+    def add_arguments(self, parser: ArgumentParser) -> None:
+        parser.add_argument(
+            "--queue", "-q", action="append", default=[], help="queue name; repeat for several"
+        )
+        parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        queuestat(options["queue"], as_json=options["json"], stdout=raw_stream(self.stdout))
