@@ -32,7 +32,8 @@ def command_errors(action: str) -> Iterator[None]:
         yield
     except RedisUnavailable as exc:
         cause = exc.__cause__ or exc
-        raise CommandError(f"{action}: {unreachable_message(settings.REDIS_URL)} ({cause})") from exc
+        message = unreachable_message(settings.REDIS_URL)
+        raise CommandError(f"{action}: {message} ({cause})") from exc
     except (InvalidInput, UnknownRequest) as exc:
         raise CommandError(f"{action}: {exc}") from exc
     except QueueError as exc:

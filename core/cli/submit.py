@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+import orjson
 from django.core.management.base import CommandError
 from rich.console import Console
 from rich.progress import (
@@ -207,7 +208,7 @@ def wait_for(
 
 def _too_large(exc: PayloadTooLarge, sourced: list[Sourced], limit: int) -> str:
     for where, task in sourced:
-        size = len(json.dumps(task, separators=(",", ":"), ensure_ascii=False).encode())
+        size = len(orjson.dumps(task))  # as the engine encodes it
         if size > limit:
             return (
                 f"{where}: the task is {size} bytes; a task may hold at most {limit}. "

@@ -1,0 +1,26 @@
+"""Run the single-machine stack in the foreground (what `make run` does)."""
+
+from __future__ import annotations
+
+from argparse import ArgumentParser
+from typing import Any
+
+from django.core.management.base import BaseCommand
+
+from core.cli import raw_stream
+from core.stack import run_stack
+
+
+class Command(BaseCommand):
+    help = (
+        "Start the embedded redis-server (unless REDIS_URL is set), migrate, collect static "
+        "files, ensure the admin user, and serve the console with gunicorn until Ctrl-C."
+    )
+    requires_system_checks: list[str] = []  # checks run in gunicorn; migrate runs them too
+
+    def add_arguments(self, parser: ArgumentParser) -> None:
+        parser.add_argument("--host", help="address to serve on (default: HOST or 127.0.0.1)")
+        parser.add_argument("--port", type=int, help="port to serve on (default: PORT or 8000)")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        run_stack(host=options["host"], port=options["port"], out=raw_stream(self.stdout))

@@ -1,0 +1,228 @@
+"""`manage.py runstack` (what `make run` runs): the whole single-machine stack under one
+supervisor.
+
+Starts the project's own redis-server (unless REDIS_URL is set in the environment), prepares
+the database, static files and the admin user, then runs the services (gunicorn) as child
+processes in this process group. Ctrl-C or SIGTERM stops every child it started, by PID, in
+reverse order, and exits 0; a child that dies on its own stops the rest and fails.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any, TextIO
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from core.conf import redacted
+from core.redis_server import start_redis
+
+STOP_TIMEOUT_S = 10.0
+POLL_S = 0.5
+ADMIN_USERNAME = "admin"
+
+
+@dataclass(frozen=True)
+class ChildSpec:
+    """A service the supervisor runs: its name (for messages) and command line."""
+
+    name: str
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Child:
+    name: str
+    process: subprocess.Popen[bytes]
+
+
+class Stack:
+    def __init__(self, *, host: str, port: int, out: TextIO) -> None:
+        self.host = host
+        self.port = port
+        self.out = out
+        self.var_dir = Path(settings.VAR_DIR)
+        self.embedded_redis = bool(settings.EMBEDDED_REDIS)
+        self.redis_url: str = settings.REDIS_URL
+        self.children: list[Child] = []
+        self.stop_requested = threading.Event()
+        self.stop_signal: str | None = None
+
+    # -- the steps ------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Start everything, supervise until a signal or a child's death, stop everything."""
+        previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            self._check_port_free(self.host, self.port, "PORT / HOST")
+            if self.embedded_redis:
+                self._start_embedded_redis()
+            if not self.stop_requested.is_set():
+                self._prepare()
+            for spec in self.services():
+                if self.stop_requested.is_set():
+                    break
+                self._spawn(spec)
+            if not self.stop_requested.is_set():
+                self._announce()
+                self._supervise()
+        finally:
+            self.stop_all()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        if self.stop_signal:
+            self.out.write(f"stopped on {self.stop_signal}\n")
+
+    def services(self) -> list[ChildSpec]:
+        """The long-running processes, started in this order and stopped in reverse."""
+        bind = f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+        specs = [
+            ChildSpec(
+                "gunicorn",
+                [
+                    sys.executable, "-m", "gunicorn", "queueadmin.wsgi:application",
+                    "--bind", bind, "--workers", "2", "--graceful-timeout", "5",
+                    "--access-logfile", "-",
+                ],
+            ),
+        ]
+        # Hook for workers: once `manage.py runworker` exists, a `workers` option on
+        # runstack appends that many ChildSpec(f"worker-{i}", [sys.executable, "manage.py",
+        # "runworker"]) here. They join this process group and are stopped, by PID, with
+        # the rest; nothing else in this module needs to change.
+        return specs
+
+    def _start_embedded_redis(self) -> None:
+        port = int(settings.EMBEDDED_REDIS_PORT)
+        self._check_port_free(
+            "127.0.0.1", port, "the embedded redis-server's port",
+            hint="another `make run` may be running, or a redis-server left over from one",
+        )
+        try:
+            server = start_redis(self.var_dir / "redis", port=port, appendonly=True)
+        except RuntimeError as exc:
+            raise CommandError(f"could not start the embedded redis-server: {exc}") from exc
+        self.children.append(Child("redis-server", server.process))
+        self.redis_url = server.url
+        self.out.write(
+            f"redis-server (pid {server.pid}) on {server.url}, data in {server.data_dir}\n"
+        )
+
+    def _prepare(self) -> None:
+        from django.db import connections
+
+        call_command("migrate", interactive=False, verbosity=0)
+        call_command("collectstatic", interactive=False, verbosity=0)
+        self._ensure_admin()
+        connections.close_all()  # the supervisor serves nothing: no DB connection held open
+
+    def _ensure_admin(self) -> None:
+        from django.contrib.auth import get_user_model
+
+        user_model = get_user_model()
+        wanted = settings.QA_ADMIN_PASSWORD
+        user = user_model.objects.filter(username=ADMIN_USERNAME).first()
+        stored = self.var_dir / "admin_password"
+        if user is None:
+            password = wanted or secrets.token_urlsafe(12)
+            user_model.objects.create_superuser(ADMIN_USERNAME, "", password)
+            if wanted:
+                self.out.write(f"created user {ADMIN_USERNAME} with QA_ADMIN_PASSWORD\n")
+            else:
+                stored.parent.mkdir(parents=True, exist_ok=True)
+                fd = os.open(stored, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                with os.fdopen(fd, "w") as f:
+                    f.write(password + "\n")
+                self.out.write(
+                    f"created user {ADMIN_USERNAME} with password {password} "
+                    f"(kept in {stored})\n"
+                )
+        elif wanted and not user.check_password(wanted):
+            user.set_password(wanted)
+            user.save(update_fields=["password"])
+            self.out.write(f"set the password of {ADMIN_USERNAME} from QA_ADMIN_PASSWORD\n")
+        elif not wanted and stored.exists():
+            self.out.write(f"log in as {ADMIN_USERNAME}; its password is in {stored}\n")
+
+    def _spawn(self, spec: ChildSpec) -> None:
+        env = {**os.environ, "REDIS_URL": self.redis_url, **spec.env}
+        env.setdefault("DJANGO_SETTINGS_MODULE", "queueadmin.settings")
+        process = subprocess.Popen(spec.argv, cwd=settings.BASE_DIR, env=env)
+        self.children.append(Child(spec.name, process))
+        self.out.write(f"{spec.name} (pid {process.pid}) started\n")
+
+    def _announce(self) -> None:
+        shown_host = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
+        self.out.write(
+            f"queueadmin is up: http://{shown_host}:{self.port}/ (queue on "
+            f"{redacted(self.redis_url)}). Ctrl-C stops everything.\n"
+        )
+        self.out.flush()
+
+    def _supervise(self) -> None:
+        while not self.stop_requested.wait(POLL_S):
+            for child in self.children:
+                code = child.process.poll()
+                if code is not None:
+                    raise CommandError(
+                        f"{child.name} (pid {child.process.pid}) exited with code {code}; "
+                        "stopped the rest of the stack (its output above says why)"
+                    )
+
+    # -- stopping -------------------------------------------------------------------------
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.stop_signal = signal.Signals(signum).name
+        self.stop_requested.set()
+
+    def stop_all(self) -> None:
+        """Stop every child this supervisor started, newest first: SIGTERM, then SIGKILL
+        after STOP_TIMEOUT_S. Redis goes last, so the web app can finish what it does."""
+        while self.children:
+            child = self.children.pop()
+            p = child.process
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.out.write(f"{child.name} (pid {p.pid}) ignored SIGTERM; killing it\n")
+                p.kill()
+                p.wait()
+
+    @staticmethod
+    def _check_port_free(host: str, port: int, what: str, *, hint: str = "") -> None:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family) as s:
+            # As the servers themselves do, so a port with only TIME_WAIT leftovers counts free.
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((host, port))
+            except OSError as exc:
+                extra = f" ({hint})" if hint else ""
+                raise CommandError(
+                    f"cannot use {host}:{port} for {what}: {exc.strerror}{extra}. "
+                    "Stop what uses it, or choose another port."
+                ) from exc
+
+
+def run_stack(*, host: str | None = None, port: int | None = None, out: Any = None) -> None:
+    """Run the stack in the foreground until Ctrl-C / SIGTERM (then return) or until a
+    child dies (then raise CommandError)."""
+    Stack(
+        host=host or settings.WEB_HOST,
+        port=port or int(settings.WEB_PORT),
+        out=out or sys.stdout,
+    ).run()

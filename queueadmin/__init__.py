@@ -1,0 +1,1 @@
+"""The queueadmin Django project: settings from the environment, URLs, WSGI entry point."""

@@ -1,0 +1,150 @@
+"""Django settings, read from environment variables only (and only here).
+
+REDIS_URL      Redis for the queue (default: the project-managed redis-server on port 6390)
+QUEUE_PREFIX   prefix of every queue key (default "qa")
+DATABASE_URL   any dj-database-url URL (default: SQLite in var/db.sqlite3; postgres://... works)
+SECRET_KEY     default: generated once and kept in var/secret_key, so sessions survive restarts
+DEBUG          "1" or "true" to turn on (default off)
+ALLOWED_HOSTS  comma-separated (default localhost,127.0.0.1)
+HOST, PORT     where `runstack` serves the console (default 127.0.0.1:8000)
+QA_ADMIN_PASSWORD  password `runstack` gives the "admin" user (default: generated, kept in
+               var/admin_password)
+QA_VAR_DIR     where local state lives (default var/ in the checkout)
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+# Local state: SQLite database, secret key, admin password, embedded Redis data, static files.
+VAR_DIR = Path(os.environ.get("QA_VAR_DIR") or BASE_DIR / "var").resolve()
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in {"1", "true"}
+
+
+def _env_list(name: str, default: str) -> list[str]:
+    return [h.strip() for h in os.environ.get(name, default).split(",") if h.strip()]
+
+
+def _stored_secret_key(path: Path) -> str:
+    """The key kept in `path`, created on first use. Written to a temporary file and linked
+    into place, so concurrent first starts (gunicorn workers) all end up with the one key."""
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_urlsafe(50))
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass  # another process won the race: use its key
+        finally:
+            tmp.unlink()
+    return path.read_text().strip()
+
+
+SECRET_KEY = os.environ.get("SECRET_KEY") or _stored_secret_key(VAR_DIR / "secret_key")
+DEBUG = _env_flag("DEBUG")
+ALLOWED_HOSTS = _env_list("ALLOWED_HOSTS", "localhost,127.0.0.1")
+
+# The queue. Without REDIS_URL in the environment, the project-managed redis-server that
+# `runstack` (make run) starts on EMBEDDED_REDIS_PORT is used.
+EMBEDDED_REDIS_PORT = 6390
+EMBEDDED_REDIS = "REDIS_URL" not in os.environ
+REDIS_URL = os.environ.get("REDIS_URL") or f"redis://127.0.0.1:{EMBEDDED_REDIS_PORT}/0"
+QUEUE_PREFIX = os.environ.get("QUEUE_PREFIX") or "qa"
+
+# The supervisor (`runstack`).
+WEB_HOST = os.environ.get("HOST") or "127.0.0.1"
+WEB_PORT = int(os.environ.get("PORT") or "8000")
+QA_ADMIN_PASSWORD = os.environ.get("QA_ADMIN_PASSWORD", "")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "template_partials",
+    "core",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "queueadmin.urls"
+WSGI_APPLICATION = "queueadmin.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,  # template_partials swaps this for its own (cached) loaders
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": dj_database_url.parse(
+        os.environ.get("DATABASE_URL") or f"sqlite:///{VAR_DIR / 'db.sqlite3'}",
+        conn_max_age=60,
+        conn_health_checks=True,
+    )
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LOGIN_URL = "admin:login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    # Compressed but not hashed: the manifest variant makes every template that uses
+    # {% static %} fail until collectstatic has run (tests, a fresh checkout).
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": "INFO" if DEBUG else "WARNING"},
+}
