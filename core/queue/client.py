@@ -407,3 +407,18 @@ class Queue:
             self.redis.pipeline(transaction=False).zrem(self.keys.workers, worker).delete(
                 self.keys.worker(worker)
             ).execute()
+
+
+def wait_for_any(queues: Sequence[Queue], timeout: float) -> bool:
+    """Block until any queue is woken or `timeout` seconds pass. One BLPOP over every wake list
+    where the queues share one server; on a cluster their keys live in different slots, so
+    each gets a share of the time instead."""
+    if len(queues) == 1:
+        return queues[0].wait_for_work(timeout)
+    client = queues[0].redis
+    if all(q.redis is client for q in queues) and not hasattr(client, "nodes_manager"):
+        with _translated("wait_for_work"):
+            reply = client.blpop([q.keys.wake for q in queues], timeout=max(timeout, 0.001))
+        return reply is not None
+    share = max(timeout / len(queues), 0.01)
+    return any(q.wait_for_work(share) for q in queues)

@@ -156,3 +156,14 @@ def workers(q: Queue) -> list[WorkerInfo]:
         WorkerInfo(name, int(score), json.loads(info) if info else {})
         for (name, score), info in zip(rows, infos, strict=True)
     ]
+
+
+def drained(q: Queue) -> bool:
+    """True when nothing in the queue is waiting, delayed or leased."""
+    with _translated("drained"):
+        stats, leased, delayed = (
+            _r(q).pipeline(transaction=False)
+            .hgetall(q.keys.stats).zcard(q.keys.leases).zcard(q.keys.delayed).execute()
+        )
+    waiting = sum(int(v) for k, v in stats.items() if k.startswith("w:"))
+    return waiting == 0 and leased == 0 and delayed == 0

@@ -82,6 +82,10 @@ class QueueKeys:
         return self.base + "stats"
 
     @property
+    def reaper_lock(self) -> str:
+        return self.base + "reaper"
+
+    @property
     def workers(self) -> str:
         return self.base + "workers"
 

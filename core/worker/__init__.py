@@ -1,0 +1,13 @@
+"""Worker runtime: task slots, heartbeat, graceful shutdown, recovery of dead workers' tasks.
+
+Django-free like the engine; `manage.py runworker` only parses options and calls run_worker().
+"""
+
+from .context import Cancelled, TaskContext
+from .registry import Registry, default_registry, handler
+from .runtime import Worker, WorkerConfig
+
+__all__ = [
+    "Cancelled", "Registry", "TaskContext", "Worker", "WorkerConfig", "default_registry",
+    "handler",
+]

@@ -1,0 +1,341 @@
+"""The worker process: task slots that lease, run and finish tasks, and the shutdown rules.
+
+Each slot is a thread running one loop: ack what it finished and lease the next batch in one
+round trip, run the batch, repeat; block on the queues' wake list when there is nothing.
+The batch adapts: it doubles while tasks are short (up to `prefetch`) and falls back to one
+task when they are slow, so no-op tasks go at one round trip per batch while long tasks are
+not hoarded by one worker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from core.queue import Lease, LeaseLost, Queue, RedisUnavailable
+from core.queue.client import wait_for_any
+from core.queue.introspect import drained
+from core.queue.models import FailOutcome
+
+from .context import Cancelled, TaskContext
+from .heartbeat import Heartbeat, default_name
+from .held import Held
+from .outage import Outage
+from .registry import Registry, default_registry
+
+log = logging.getLogger("queueadmin.worker")
+
+FAST_BATCH_S = 0.002  # a batch this quick per task may grow
+SLOW_TASK_S = 0.05  # a task this slow sends the batch back to one
+
+
+@dataclass
+class WorkerConfig:
+    """How one worker process runs. Times are seconds."""
+
+    name: str = field(default_factory=default_name)
+    slots: int = 1
+    prefetch: int = 64
+    dead_after: float = 10.0
+    grace: float = 30.0
+    burst: bool = False
+    max_tasks: int | None = None
+    idle_wait: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.slots < 1:
+            raise ValueError("slots must be at least 1")
+        if not 1 <= self.prefetch <= 1000:
+            raise ValueError("prefetch must be between 1 and 1000")
+        if not 1.0 <= self.dead_after <= 3600:
+            raise ValueError("dead_after must be between 1 and 3600 seconds")
+        if self.grace < 0:
+            raise ValueError("grace must not be negative")
+        if self.max_tasks is not None and self.max_tasks < 1:
+            raise ValueError("max_tasks must be at least 1")
+
+    @property
+    def lease_ms(self) -> int:
+        return int(self.dead_after * 1000)
+
+
+class Worker:
+    """Runs tasks from `queues` until stopped (signal, --burst drained, or --max-tasks)."""
+
+    def __init__(
+        self, queues: list[Queue], config: WorkerConfig | None = None,
+        registry: Registry | None = None,
+    ) -> None:
+        if not queues:
+            raise ValueError("a worker needs at least one queue")
+        self.queues = queues
+        self.config = config or WorkerConfig()
+        self.name = self.config.name
+        self.registry = registry or default_registry
+        self.held = Held()
+        self.outage = Outage()
+        self.stopping = threading.Event()  # take no new work; finish what runs
+        self.hard_stop = threading.Event()  # release everything now
+        self.processed = 0
+        self.failed = 0
+        self._count_lock = threading.Lock()
+        self._started = time.time()
+        self._signals = 0
+        self._grace_deadline: float | None = None
+        # Finished tasks whose ack rides on the slot's next call; the main thread sends them
+        # itself on a hard stop, so finished work is not released and run again.
+        self._acks: list[dict[str, list[str]]] = [
+            {q.name: [] for q in queues} for _ in range(self.config.slots)
+        ]
+        self.heartbeat = Heartbeat(
+            worker=self.name, queues=queues, held=self.held, lease_ms=self.config.lease_ms,
+            interval=self.config.dead_after / 5, reap_interval=1.0, info=self._info,
+            outage=self.outage,
+        )
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Run until stopped; returns the exit code (0)."""
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._on_signal)
+            signal.signal(signal.SIGINT, self._on_signal)
+        log.info("worker started worker=%s queues=%s slots=%d pid=%d dead_after=%.1fs handlers=%s",
+                 self.name, ",".join(q.name for q in self.queues), self.config.slots,
+                 os.getpid(), self.config.dead_after, ",".join(self.registry.names()))
+        self.heartbeat.start()
+        slots = [
+            threading.Thread(target=self._slot, args=(i,), name=f"slot-{i}", daemon=True)
+            for i in range(self.config.slots)
+        ]
+        for t in slots:
+            t.start()
+        while any(t.is_alive() for t in slots):
+            if self.hard_stop.is_set():
+                break
+            if self._grace_deadline is not None and time.monotonic() > self._grace_deadline:
+                log.warning("grace period over worker=%s: releasing running tasks", self.name)
+                self.hard_stop.set()
+                break
+            for t in slots:
+                t.join(0.1)
+        if self.hard_stop.is_set():
+            self._release_all()
+        self.heartbeat.stop()
+        self._unregister()
+        log.info("worker stopped worker=%s processed=%d failed=%d", self.name, self.processed,
+                 self.failed)
+        return 0
+
+    def stop(self, *, hard: bool = False) -> None:
+        """Stop taking work; with hard=True, also release running tasks at once."""
+        if not self.stopping.is_set():
+            self.stopping.set()
+            self._grace_deadline = time.monotonic() + self.config.grace
+        if hard:
+            self.hard_stop.set()
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self._signals += 1
+        name = signal.Signals(signum).name
+        if self._signals == 1:
+            log.info("%s: stopping worker=%s (finishing running tasks, up to %.0fs; "
+                     "send again to release them now)", name, self.name, self.config.grace)
+            self.stop()
+        else:
+            log.info("%s again: releasing running tasks worker=%s", name, self.name)
+            self.stop(hard=True)
+
+    def _release_all(self) -> None:
+        for q in self.queues:
+            finished = [t for slot in self._acks for t in slot[q.name]]
+            if finished:
+                # If Redis is down, their leases expire and they run again: at-least-once.
+                with contextlib.suppress(RedisUnavailable):
+                    self._settle(q, finished, q.ack_many(finished))
+            ctxs = self.held.snapshot().get(q.name, [])
+            if not ctxs:
+                continue
+            tokens = [c.lease.lease for c in ctxs]
+            try:
+                results = q.release(tokens)
+            except RedisUnavailable as exc:
+                log.error("could not release %d tasks queue=%s worker=%s (%s): they return to "
+                          "waiting when their leases expire", len(tokens), q.name, self.name, exc)
+                continue
+            self.held.discard(q.name, tokens)
+            log.info("released %d tasks queue=%s worker=%s", results.count(1), q.name, self.name)
+
+    def _unregister(self) -> None:
+        for q in self.queues:
+            with contextlib.suppress(RedisUnavailable):  # the entry expires by itself
+                q.unregister(self.name)
+
+    def _info(self) -> dict[str, Any]:
+        return {
+            "host": os.uname().nodename, "pid": os.getpid(), "slots": self.config.slots,
+            "queues": [q.name for q in self.queues], "started": int(self._started),
+            "processed": self.processed, "failed": self.failed, "running": self.held.count(),
+            "stopping": self.stopping.is_set(),
+        }
+
+    # -- the slot loop ------------------------------------------------------------------
+
+    def _slot(self, slot: int) -> None:
+        acks = self._acks[slot]
+        batch = 1
+        while not self.hard_stop.is_set():
+            want = 0 if self.stopping.is_set() else self._budget(batch)
+            got: list[Lease] = []
+            queue: Queue | None = None
+            next_due = -1
+            for q in self.queues:
+                pending = acks[q.name]
+                if not want and not pending:
+                    continue
+                try:
+                    accepted, got, due = q.ack_and_dequeue(
+                        self.name, want, pending, lease_ms=self.config.lease_ms
+                    )
+                except RedisUnavailable as exc:
+                    time.sleep(self.outage.failed(f"slot {slot}", exc))
+                    break
+                self.outage.recovered(f"slot {slot}")
+                self._settle(q, pending, accepted)
+                del pending[: len(accepted)]
+                if due >= 0:
+                    next_due = due if next_due < 0 else min(next_due, due)
+                if got:
+                    queue = q
+                    break
+            else:
+                if self.stopping.is_set() or (want == 0 and self._budget(1) == 0):
+                    return
+                if self.config.burst and self._drained():
+                    log.info("burst: queues drained, slot %d done worker=%s", slot, self.name)
+                    return
+                self._idle(next_due)
+                continue
+            if queue is None:
+                continue  # Redis error: retry after the backoff
+            started = time.perf_counter()
+            self._run_batch(queue, got, acks[queue.name])
+            per_task = (time.perf_counter() - started) / len(got)
+            if per_task < FAST_BATCH_S:
+                batch = min(batch * 2, self.config.prefetch)
+            elif per_task > SLOW_TASK_S:
+                batch = 1
+
+    def _budget(self, batch: int) -> int:
+        if self.config.max_tasks is None:
+            return batch
+        with self._count_lock:
+            left = self.config.max_tasks - self.processed - self.held.count()
+        if left <= 0 and self.held.count() == 0:
+            self.stop()
+        return max(0, min(batch, left))
+
+    def _settle(self, q: Queue, acked: list[str], accepted: list[bool]) -> None:
+        if not acked:
+            return
+        self.held.discard(q.name, acked)
+        for token, ok in zip(acked, accepted, strict=True):
+            if not ok:
+                rid, tid, _ = token.split("/")
+                log.warning("ack refused queue=%s request=%s task=%s worker=%s: the lease was "
+                            "lost (expired or claimed), so the task runs again elsewhere",
+                            q.name, rid, tid, self.name)
+
+    def _idle(self, next_due_ms: int) -> None:
+        timeout = self.config.idle_wait
+        if next_due_ms >= 0:
+            timeout = min(timeout, max(next_due_ms / 1000, 0.001))
+        try:
+            wait_for_any(self.queues, timeout)
+        except RedisUnavailable as exc:
+            time.sleep(self.outage.failed("idle wait", exc))
+
+    def _drained(self) -> bool:
+        try:
+            return all(drained(q) for q in self.queues)
+        except RedisUnavailable:
+            return False
+
+    def _run_batch(self, q: Queue, leases: list[Lease], acks: list[str]) -> None:
+        ctxs = [TaskContext(lease, q, self.name) for lease in leases]
+        self.held.add(q.name, ctxs)
+        for i, ctx in enumerate(ctxs):
+            if self.stopping.is_set():
+                # Prefetched tasks not started yet go back at once, not counted as attempts.
+                self._finish(q, ctxs[i:], lambda toks: q.release(toks))
+                return
+            if ctx.cancelled:
+                self._finish(q, [ctx], lambda toks: q.release(toks))
+                continue
+            self._run_one(q, ctx, acks)
+
+    def _run_one(self, q: Queue, ctx: TaskContext, acks: list[str]) -> None:
+        lease = ctx.lease
+        fn = self.registry.get(lease.handler)
+        if fn is None:
+            self._fail(q, ctx, f"no handler named {lease.handler!r} is registered in worker "
+                       f"{self.name} (known: {', '.join(self.registry.names())})", "", retry=False)
+            return
+        try:
+            fn(lease.payload, ctx)
+        except Cancelled:
+            log.info("task stopped: request cancelled queue=%s request=%s task=%s worker=%s",
+                     q.name, ctx.request_id, ctx.task_id, self.name)
+            self._finish(q, [ctx], lambda toks: q.release(toks))
+        except Exception as exc:
+            self._fail(q, ctx, f"{type(exc).__name__}: {exc}", traceback.format_exc(), retry=True)
+        else:
+            acks.append(lease.lease)
+            with self._count_lock:
+                self.processed += 1
+
+    def _fail(self, q: Queue, ctx: TaskContext, error: str, tb: str, *, retry: bool) -> None:
+        with self._count_lock:
+            self.failed += 1
+            self.processed += 1
+        try:
+            out: FailOutcome | None = self._retrying(
+                lambda: q.fail(ctx.lease, error, tb, worker=self.name, retry=retry)
+            )
+        except LeaseLost:
+            out = None
+        self.held.discard(q.name, [ctx.lease.lease])
+        if out is None:
+            log.warning("task failed but its lease was lost queue=%s request=%s task=%s "
+                        "worker=%s: %s", q.name, ctx.request_id, ctx.task_id, self.name, error)
+        else:
+            log.warning("task failed queue=%s request=%s task=%s attempt=%d worker=%s -> %s%s: %s",
+                        q.name, ctx.request_id, ctx.task_id, out.attempts, self.name, out.outcome,
+                        f" in {out.delay_ms}ms" if out.outcome == "delayed" else "", error)
+
+    def _finish(self, q: Queue, ctxs: list[TaskContext], op: Callable[[list[str]], Any]) -> None:
+        tokens = [c.lease.lease for c in ctxs]
+        self._retrying(lambda: op(tokens))
+        self.held.discard(q.name, tokens)
+
+    def _retrying(self, call: Callable[[], Any]) -> Any:
+        """Retry a call through a Redis outage (until a hard stop); the scripts make a repeat
+        harmless: a second fail or release of the same lease is refused."""
+        while True:
+            try:
+                result = call()
+            except RedisUnavailable as exc:
+                if self.hard_stop.is_set():
+                    raise
+                time.sleep(self.outage.failed("finish", exc))
+                continue
+            self.outage.recovered("finish")
+            return result
