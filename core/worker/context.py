@@ -15,7 +15,7 @@ class Cancelled(Exception):
 class TaskContext:
     """One running (or prefetched) task. The heartbeat thread sets `cancelled` and `lost`."""
 
-    __slots__ = ("cancelled", "lease", "lost", "queue", "worker")
+    __slots__ = ("cancelled", "finished", "lease", "lost", "queue", "worker")
 
     def __init__(self, lease: Lease, queue: Queue, worker: str) -> None:
         self.lease = lease
@@ -23,6 +23,7 @@ class TaskContext:
         self.worker = worker
         self.cancelled = False  # the request is being cancelled: stop at the next checkpoint
         self.lost = False  # the lease is no longer ours: an ack would be refused
+        self.finished = False  # the handler returned; its ack is on its way
 
     @property
     def payload(self) -> Any:

@@ -84,7 +84,8 @@ class Heartbeat(threading.Thread):
                     ctx.cancelled = True
                     log.info("task cancelled queue=%s request=%s task=%s worker=%s",
                              q.name, ctx.request_id, ctx.task_id, self.worker)
-                elif r == -1 and not ctx.lost:
+                elif r == -1 and not ctx.lost and not ctx.finished:
+                    # (A finished task's lease may have been acked since the snapshot.)
                     ctx.lost = True
                     log.warning("lease lost queue=%s request=%s task=%s worker=%s "
                                 "(it will run again elsewhere; this run's ack will be refused)",

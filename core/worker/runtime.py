@@ -22,6 +22,7 @@ from typing import Any
 
 from core.queue import Lease, LeaseLost, Queue, RedisUnavailable
 from core.queue.client import wait_for_any
+from core.queue.keys import validate_id
 from core.queue.introspect import drained
 from core.queue.models import FailOutcome
 
@@ -51,12 +52,13 @@ class WorkerConfig:
     idle_wait: float = 1.0
 
     def __post_init__(self) -> None:
+        validate_id(self.name, "worker name")
         if self.slots < 1:
             raise ValueError("slots must be at least 1")
         if not 1 <= self.prefetch <= 1000:
             raise ValueError("prefetch must be between 1 and 1000")
-        if not 1.0 <= self.dead_after <= 3600:
-            raise ValueError("dead_after must be between 1 and 3600 seconds")
+        if not 0.5 <= self.dead_after <= 3600:
+            raise ValueError("dead_after must be between 0.5 and 3600 seconds")
         if self.grace < 0:
             raise ValueError("grace must not be negative")
         if self.max_tasks is not None and self.max_tasks < 1:
@@ -298,6 +300,7 @@ class Worker:
         except Exception as exc:
             self._fail(q, ctx, f"{type(exc).__name__}: {exc}", traceback.format_exc(), retry=True)
         else:
+            ctx.finished = True
             acks.append(lease.lease)
             with self._count_lock:
                 self.processed += 1
