@@ -10,6 +10,7 @@ HOST, PORT     where `runstack` serves the console (default 127.0.0.1:8000)
 QA_ADMIN_PASSWORD  password `runstack` gives the "admin" user (default: generated, kept in
                var/admin_password)
 QA_VAR_DIR     where local state lives (default var/ in the checkout)
+QA_REDIS_PORT  port of the embedded redis-server (default 6390)
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ ALLOWED_HOSTS = _env_list("ALLOWED_HOSTS", "localhost,127.0.0.1")
 
 # The queue. Without REDIS_URL in the environment, the project-managed redis-server that
 # `runstack` (make run) starts on EMBEDDED_REDIS_PORT is used.
-EMBEDDED_REDIS_PORT = 6390
+EMBEDDED_REDIS_PORT = int(os.environ.get("QA_REDIS_PORT") or "6390")
 EMBEDDED_REDIS = "REDIS_URL" not in os.environ
 REDIS_URL = os.environ.get("REDIS_URL") or f"redis://127.0.0.1:{EMBEDDED_REDIS_PORT}/0"
 QUEUE_PREFIX = os.environ.get("QUEUE_PREFIX") or "qa"

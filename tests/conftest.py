@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -58,3 +59,22 @@ def clock() -> FakeClock:
 def queue(redis_client: redis.Redis, prefix: str, clock: FakeClock) -> Queue:
     """A queue on the suite's Redis with its own prefix and a test-controlled clock."""
     return Queue(redis_client, "q", prefix=prefix, clock=clock)
+
+
+# -- Django side ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def django_queue(settings: Any, redis_server: RedisServer, prefix: str) -> Queue:
+    """Point Django (REDIS_URL, QUEUE_PREFIX) at the suite's Redis under this test's own prefix,
+    and return the default queue as core.conf.get_queue() builds it (Redis server's clock)."""
+    from core.conf import get_queue
+
+    settings.REDIS_URL = redis_server.url
+    settings.QUEUE_PREFIX = prefix
+    return get_queue()
+
+
+def keys_under(client: redis.Redis, prefix: str) -> list[str]:
+    """Every key of one test's prefix (a test-only scan of the suite's own server)."""
+    return sorted(client.scan_iter(match=f"{prefix}:*", count=1000))

@@ -21,7 +21,8 @@ from core.queue import InvalidInput, QueueError, RedisUnavailable, UnknownReques
 def unreachable_message(url: str) -> str:
     return (
         f"cannot reach Redis at {redacted(url)}. Start the stack with `make run` (it starts "
-        "the project's own redis-server on port 6390), or set REDIS_URL to a Redis that runs."
+        f"the project's own redis-server on port {settings.EMBEDDED_REDIS_PORT}), or set "
+        "REDIS_URL to a Redis that runs."
     )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
@@ -60,32 +60,33 @@ def parse_argument(position: int, text: str) -> Any:
 def read_jsonl(path: str, *, stdin: TextIO | None = None) -> list[Sourced]:
     """Tasks from a JSON-lines file, one JSON value per line ("-" reads standard input).
     Blank lines are skipped."""
-    label = "standard input" if path == "-" else path
     if path == "-":
-        return _parse_lines(stdin or sys.stdin, label)
+        stream = stdin or sys.stdin
+        # Bytes where there are any, so a bad byte is reported on its own line.
+        return _parse_lines(getattr(stream, "buffer", stream), "standard input")
     try:
-        with open(path, encoding="utf-8") as f:
-            return _parse_lines(f, label)
+        with open(path, "rb") as f:
+            return _parse_lines(f, path)
     except OSError as exc:
         raise CommandError(f"cannot read task file {path}: {exc.strerror or exc}") from exc
 
 
-def _parse_lines(lines: TextIO, label: str) -> list[Sourced]:
+def _parse_lines(lines: Iterable[str | bytes], label: str) -> list[Sourced]:
     out: list[Sourced] = []
-    number = 0
-    try:
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                out.append((f"{label} line {number}", json.loads(line)))
-            except json.JSONDecodeError as exc:
-                raise CommandError(
-                    f"{label}, line {number}: not valid JSON ({exc.msg} at column {exc.colno}); "
-                    "each line must hold one JSON value"
-                ) from exc
-    except UnicodeDecodeError as exc:
-        raise CommandError(f"{label}, line {number + 1}: not UTF-8 text ({exc.reason})") from exc
+    for number, raw in enumerate(lines, 1):
+        try:
+            line = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+        except UnicodeDecodeError as exc:
+            raise CommandError(f"{label}, line {number}: not UTF-8 text ({exc.reason})") from exc
+        if not line.strip():
+            continue
+        try:
+            out.append((f"{label} line {number}", json.loads(line)))
+        except json.JSONDecodeError as exc:
+            raise CommandError(
+                f"{label}, line {number}: not valid JSON ({exc.msg} at column {exc.colno}); "
+                "each line must hold one JSON value"
+            ) from exc
     return out
 
 

@@ -22,8 +22,8 @@ from typing import Any
 
 from core.queue import Lease, LeaseLost, Queue, RedisUnavailable
 from core.queue.client import wait_for_any
-from core.queue.keys import validate_id
 from core.queue.introspect import drained
+from core.queue.keys import validate_id
 from core.queue.models import FailOutcome
 
 from .context import Cancelled, TaskContext
