@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -30,6 +31,7 @@ from core.redis_server import start_redis
 
 STOP_TIMEOUT_S = 10.0
 POLL_S = 0.5
+LISTEN_TIMEOUT_S = 30.0
 ADMIN_USERNAME = "admin"
 
 
@@ -75,7 +77,7 @@ class Stack:
                 if self.stop_requested.is_set():
                     break
                 self._spawn(spec)
-            if not self.stop_requested.is_set():
+            if not self.stop_requested.is_set() and self._wait_listening():
                 self._announce()
                 self._supervise()
         finally:
@@ -171,15 +173,38 @@ class Stack:
         )
         self.out.flush()
 
+    def _wait_listening(self) -> bool:
+        """Wait until the web server accepts connections, so "up" means up; False if a stop
+        was requested first."""
+        connect_host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
+        connect_host = "::1" if connect_host == "::" else connect_host
+        deadline = time.monotonic() + LISTEN_TIMEOUT_S
+        while not self.stop_requested.is_set():
+            self._check_children()
+            try:
+                socket.create_connection((connect_host, self.port), timeout=0.5).close()
+                return True
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise CommandError(
+                        f"the web server did not listen on {self.host}:{self.port} within "
+                        f"{LISTEN_TIMEOUT_S:g}s"
+                    ) from None
+                self.stop_requested.wait(0.05)
+        return False
+
     def _supervise(self) -> None:
         while not self.stop_requested.wait(POLL_S):
-            for child in self.children:
-                code = child.process.poll()
-                if code is not None:
-                    raise CommandError(
-                        f"{child.name} (pid {child.process.pid}) exited with code {code}; "
-                        "stopped the rest of the stack (its output above says why)"
-                    )
+            self._check_children()
+
+    def _check_children(self) -> None:
+        for child in self.children:
+            code = child.process.poll()
+            if code is not None:
+                raise CommandError(
+                    f"{child.name} (pid {child.process.pid}) exited with code {code}; "
+                    "stopped the rest of the stack (its output above says why)"
+                )
 
     # -- stopping -------------------------------------------------------------------------
 

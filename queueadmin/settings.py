@@ -59,7 +59,7 @@ ALLOWED_HOSTS = _env_list("ALLOWED_HOSTS", "localhost,127.0.0.1")
 # The queue. Without REDIS_URL in the environment, the project-managed redis-server that
 # `runstack` (make run) starts on EMBEDDED_REDIS_PORT is used.
 EMBEDDED_REDIS_PORT = int(os.environ.get("QA_REDIS_PORT") or "6390")
-EMBEDDED_REDIS = "REDIS_URL" not in os.environ
+EMBEDDED_REDIS = not os.environ.get("REDIS_URL")
 REDIS_URL = os.environ.get("REDIS_URL") or f"redis://127.0.0.1:{EMBEDDED_REDIS_PORT}/0"
 QUEUE_PREFIX = os.environ.get("QUEUE_PREFIX") or "qa"
 

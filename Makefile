@@ -1,0 +1,69 @@
+# make run   the whole stack on this machine: redis-server, database, admin user, console
+# make test  system packages + venv + lint + the full test suite
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+APT := DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get
+
+.PHONY: help venv install system-deps run test test-fast lint clean
+
+help:
+	@echo "make run        start redis-server, migrate, admin user, console on http://127.0.0.1:8000/"
+	@echo "make test       system packages, venv, lint (ruff, mypy), the whole test suite"
+	@echo "make test-fast  the same without tests marked slow"
+	@echo "make lint       ruff check . and mypy"
+	@echo "make clean      caches, build files and collected static files (keeps var/ data, .venv)"
+
+venv: $(PY)
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+install: $(STAMP)
+
+# Reinstalls only when pyproject.toml changes (the stamp is newer otherwise).
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@
+
+# redis-server (and redis-cli) for the queue and the tests; a JRE for PySpark.
+system-deps:
+	@missing=""; \
+	command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1 \
+	  || missing="$$missing redis-server redis-tools"; \
+	command -v java >/dev/null 2>&1 || missing="$$missing openjdk-17-jre-headless"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  $(APT) update && $(APT) install -y --no-install-recommends $$missing; \
+	fi
+
+run: system-deps install
+	$(PY) manage.py runstack
+
+lint: install
+	$(PY) -m ruff check .
+	$(PY) -m mypy
+
+# pytest exits 5 when it collected no tests: that is a broken suite, not a pass.
+define pytest
+	@rc=0; $(PY) -m pytest $(1) $(PYTEST_ARGS) || rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest ran no tests: failing the build" >&2; exit 1; fi; \
+	exit $$rc
+endef
+
+test: system-deps install lint
+	$(call pytest,)
+
+test-fast: system-deps install lint
+	$(call pytest,-m "not slow")
+
+clean:
+	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis build *.egg-info var/static
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -exec rm -rf {} +
+	rm -f $(STAMP)
