@@ -6,6 +6,7 @@ Stopped by PID: nothing here ever touches a Redis it did not start.
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -20,6 +21,25 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def free_cluster_port() -> int:
+    """A free port whose cluster bus port (port + 10000) is free too; Redis needs both, so
+    the port must be at most 55535."""
+    for _ in range(200):
+        port = random.randint(20_000, 45_000)
+        if _port_free(port) and _port_free(port + 10_000):
+            return port
+    raise RuntimeError("no free port pair (port, port + 10000) found for a cluster node")
 
 
 @dataclass
@@ -135,6 +155,15 @@ class RedisCluster:
             s.stop()
 
 
+def _cluster_node_port() -> int:
+    """A free port a cluster node can use: its bus listens on port + 10000, so redis-server
+    refuses ports above 55535, which free_port() hands out about a fifth of the time."""
+    while True:
+        port = free_port()
+        if port <= 55535:
+            return port
+
+
 def start_cluster(
     data_dir: Path | str, *, masters: int = 3, ready_timeout: float = 30.0
 ) -> RedisCluster:
@@ -147,6 +176,7 @@ def start_cluster(
             servers.append(
                 start_redis(
                     root / f"node{i}",
+                    port=_cluster_node_port(),
                     appendonly=False,
                     extra=[
                         "--cluster-enabled",

@@ -186,3 +186,21 @@ def test_wait_for_work_wakes_on_submit_and_times_out_when_idle(queue: Queue) -> 
     assert queue.wait_for_work(0.05) is False
     queue.submit([1])
     assert queue.wait_for_work(1.0) is True
+
+
+def test_a_batch_of_acks_counts_each_task_once_across_requests(queue: Queue) -> None:
+    queue.submit(list(range(3)), request_id="a")
+    queue.submit(list(range(2)), request_id="b")
+    leases = queue.dequeue("w", 5)
+    tokens = [lease.lease for lease in leases]
+    accepted = queue.ack_many([*tokens, tokens[0], "a/1-1/9", "not-a-lease"])
+    assert accepted == [True] * 5 + [False, False, False]
+    assert queue.state("a") == "done" and queue.state("b") == "done"
+    assert introspect.stats(queue).totals["done"] == 5
+
+
+def test_ack_many_takes_more_leases_than_one_script_call_can(queue: Queue) -> None:
+    queue.submit(list(range(2500)), request_id="r")
+    leases = [lease for _ in range(3) for lease in queue.dequeue("w", 1000)]
+    assert queue.ack_many(leases) == [True] * 2500
+    assert queue.state("r") == "done"

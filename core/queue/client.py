@@ -248,7 +248,10 @@ class Queue:
     def ack_many(self, leases: Sequence[Lease | str]) -> list[bool]:
         """Mark several tasks done; returns, per lease, whether it was still held."""
         tokens = [x.lease if isinstance(x, Lease) else x for x in leases]
-        return self.ack_and_dequeue("-", 0, tokens)[0] if tokens else []
+        out: list[bool] = []
+        for i in range(0, len(tokens), 1000):  # Lua's unpack() has a limit
+            out += self.ack_and_dequeue("-", 0, tokens[i : i + 1000])[0]
+        return out
 
     def fail(
         self,

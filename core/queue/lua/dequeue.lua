@@ -32,24 +32,46 @@ Returns {ack_results, next_due_ms, tasks}
 local now, consumer, want = now_ms(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 local lease_override = tonumber(ARGV[4])
 
+-- Acks, grouped by request: one ZMSCORE for all, then per request one XACK, one XDEL and
+-- one update of its counters, whatever the batch size.
 local acks = {}
-for i = 5, #ARGV do
-  local lease = ARGV[i]
-  local rid, tid = split_lease(lease)
-  local score = redis.call('ZSCORE', K_LEASES, lease)
-  if not rid or not score or tonumber(score) < now then
-    acks[#acks + 1] = -1
-  else
-    redis.call('ZREM', K_LEASES, lease)
-    retire(rid, tid)
-    local h = load_req(rid)
-    bump(h, {leased = -1, done = 1})
-    sync_ready(h)
-    maybe_complete(h, now)
-    acks[#acks + 1] = 1
+if #ARGV >= 5 then
+  local leases = {unpack(ARGV, 5)}
+  local scores = redis.call('ZMSCORE', K_LEASES, unpack(leases))
+  local valid, seen, by_req, order = {}, {}, {}, {}
+  for i, lease in ipairs(leases) do
+    local rid, tid = split_lease(lease)
+    local score = scores[i]
+    if rid and score and tonumber(score) >= now and not seen[lease] then
+      seen[lease] = true
+      acks[i] = 1
+      valid[#valid + 1] = lease
+      local tids = by_req[rid]
+      if not tids then
+        tids = {}
+        by_req[rid] = tids
+        order[#order + 1] = rid
+      end
+      tids[#tids + 1] = tid
+    else
+      acks[i] = -1
+    end
+  end
+  if #valid > 0 then
+    redis.call('ZREM', K_LEASES, unpack(valid))
+    for _, rid in ipairs(order) do
+      local tids = by_req[rid]
+      local sk = stream_key(rid)
+      redis.call('XACK', sk, GROUP, unpack(tids))
+      redis.call('XDEL', sk, unpack(tids))
+      local h = load_req(rid)
+      bump(h, {leased = -#tids, done = #tids})
+      sync_ready(h)
+      maybe_complete(h, now)
+    end
+    redis.call('HINCRBY', K_STATS, 'done', #valid)
   end
 end
-if #acks > 0 then redis.call('HINCRBY', K_STATS, 'done', #acks) end
 
 -- Promote retries whose backoff is over.
 local due = redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', now, 'LIMIT', 0, 100)
