@@ -155,15 +155,6 @@ class RedisCluster:
             s.stop()
 
 
-def _cluster_node_port() -> int:
-    """A free port a cluster node can use: its bus listens on port + 10000, so redis-server
-    refuses ports above 55535, which free_port() hands out about a fifth of the time."""
-    while True:
-        port = free_port()
-        if port <= 55535:
-            return port
-
-
 def start_cluster(
     data_dir: Path | str, *, masters: int = 3, ready_timeout: float = 30.0
 ) -> RedisCluster:
@@ -176,7 +167,7 @@ def start_cluster(
             servers.append(
                 start_redis(
                     root / f"node{i}",
-                    port=_cluster_node_port(),
+                    port=free_cluster_port(),
                     appendonly=False,
                     extra=[
                         "--cluster-enabled",
