@@ -39,14 +39,32 @@ TARGETS = {
 }
 
 
-def start_workers(server: RedisServer, prefix: str, queue: str, n: int, *extra: str) -> list[subprocess.Popen[bytes]]:
-    env = os.environ | {"REDIS_URL": server.url, "QUEUE_PREFIX": prefix,
-                        "DJANGO_SETTINGS_MODULE": "queueadmin.settings"}
+def start_workers(
+    server: RedisServer, prefix: str, queue: str, n: int, *extra: str
+) -> list[subprocess.Popen[bytes]]:
+    env = os.environ | {
+        "REDIS_URL": server.url,
+        "QUEUE_PREFIX": prefix,
+        "DJANGO_SETTINGS_MODULE": "queueadmin.settings",
+    }
     return [
         subprocess.Popen(
-            [sys.executable, "manage.py", "runworker", "--queue", queue, "--import", "bench.handlers",
-             "--log-level", "WARNING", *extra],
-            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            [
+                sys.executable,
+                "manage.py",
+                "runworker",
+                "--queue",
+                queue,
+                "--import",
+                "bench.handlers",
+                "--log-level",
+                "WARNING",
+                *extra,
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
         )
         for _ in range(n)
     ]
@@ -67,20 +85,29 @@ def top_level_calls(client: redis.Redis) -> int:
     return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("evalsha", "blpop"))
 
 
-def bench_enqueue(client: redis.Redis, prefix: str, batch: int = 20_000, repeats: int = 7) -> dict[str, Any]:
+def bench_enqueue(
+    client: redis.Redis, prefix: str, batch: int = 20_000, repeats: int = 7
+) -> dict[str, Any]:
     q = Queue(client, "enqueue", prefix=prefix)
-    payloads = [{"chunk": i, "path": f"s3://bucket/input/part-{i:05d}.parquet"} for i in range(batch)]
+    payloads = [
+        {"chunk": i, "path": f"s3://bucket/input/part-{i:05d}.parquet"} for i in range(batch)
+    ]
     q.submit(payloads[:10], handler="noop")  # load the script
     rates = []
     for _ in range(repeats):
         started = time.perf_counter()
         q.submit(payloads, handler="noop")
         rates.append(batch / (time.perf_counter() - started))
-    return {"enqueue_tasks_per_s": round(statistics.median(rates)), "enqueue_batch": batch,
-            "enqueue_runs": [round(r) for r in rates]}
+    return {
+        "enqueue_tasks_per_s": round(statistics.median(rates)),
+        "enqueue_batch": batch,
+        "enqueue_runs": [round(r) for r in rates],
+    }
 
 
-def bench_throughput(server: RedisServer, client: redis.Redis, prefix: str, tasks: int, workers: int) -> dict[str, Any]:
+def bench_throughput(
+    server: RedisServer, client: redis.Redis, prefix: str, tasks: int, workers: int
+) -> dict[str, Any]:
     name = f"noop{workers}"
     q = Queue(client, name, prefix=prefix)
     for i in range(0, tasks, 100_000):
@@ -102,11 +129,15 @@ def bench_throughput(server: RedisServer, client: redis.Redis, prefix: str, task
             p.kill() if p.poll() is None else None
     assert introspect.drained(q)
     measured = tasks - d0
-    return {f"noop_tasks_per_s_{workers}_worker{'s' if workers > 1 else ''}": round(measured / elapsed),
-            f"round_trips_per_task_{workers}": round(calls / measured, 4)}
+    return {
+        f"noop_tasks_per_s_{workers}_worker{'s' if workers > 1 else ''}": round(measured / elapsed),
+        f"round_trips_per_task_{workers}": round(calls / measured, 4),
+    }
 
 
-def bench_latency(server: RedisServer, client: redis.Redis, prefix: str, n: int = 2000, rate: float = 200.0) -> dict[str, Any]:
+def bench_latency(
+    server: RedisServer, client: redis.Redis, prefix: str, n: int = 2000, rate: float = 200.0
+) -> dict[str, Any]:
     q = Queue(client, "latency", prefix=prefix)
     key = f"{prefix}:latency-samples"
     procs = start_workers(server, prefix, "latency", 1)
@@ -136,12 +167,15 @@ def bench_latency(server: RedisServer, client: redis.Redis, prefix: str, n: int 
         "latency_p50_ms": round(samples[len(samples) // 2], 3),
         "latency_p99_ms": round(samples[int(len(samples) * 0.99)], 3),
         "latency_max_ms": round(samples[-1], 3),
-        "latency_samples": len(samples), "latency_rate_per_s": rate,
+        "latency_samples": len(samples),
+        "latency_rate_per_s": rate,
     }
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--tasks", type=int, default=200_000, help="no-op tasks per throughput run")
     parser.add_argument("--json-only", action="store_true")
     args = parser.parse_args()
@@ -149,7 +183,10 @@ def main() -> int:
         server = start_redis(Path(tmp), appendonly=True, fsync="everysec")
         try:
             client = redis.Redis.from_url(server.url, decode_responses=True)
-            results: dict[str, Any] = {"machine": f"{os.cpu_count()} cores", "redis": client.info("server")["redis_version"]}
+            results: dict[str, Any] = {
+                "machine": f"{os.cpu_count()} cores",
+                "redis": client.info("server")["redis_version"],
+            }
             results |= bench_enqueue(client, "b1")
             results |= bench_throughput(server, client, "b2", args.tasks, 1)
             results |= bench_throughput(server, client, "b3", args.tasks, 2)
@@ -167,10 +204,25 @@ def main() -> int:
             if isinstance(value, list):
                 continue
             target = TARGETS.get(key)
-            ok = "" if target is None else (
-                "ok" if (value <= target if "latency" in key or "round_trips" in key else value >= target) else "MISSED")
-            table.add_row(key, f"{value:,}" if isinstance(value, int | float) else str(value),
-                          "" if target is None else f"{target:,}", ok)
+            ok = (
+                ""
+                if target is None
+                else (
+                    "ok"
+                    if (
+                        value <= target
+                        if "latency" in key or "round_trips" in key
+                        else value >= target
+                    )
+                    else "MISSED"
+                )
+            )
+            table.add_row(
+                key,
+                f"{value:,}" if isinstance(value, int | float) else str(value),
+                "" if target is None else f"{target:,}",
+                ok,
+            )
         Console(stderr=True).print(table)
     print(json.dumps(results, indent=2))
     return 0
