@@ -177,3 +177,43 @@ def test_a_client_that_returns_bytes_is_refused_with_a_clear_message(redis_serve
     raw = redis.Redis.from_url(redis_server.url)
     with pytest.raises(InvalidInput, match="decode_responses=True"):
         Queue(raw, "q")
+
+
+def test_a_retried_large_submit_resumes_where_the_first_attempt_stopped(
+    queue: Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from core.queue import RedisUnavailable
+    from core.queue.client import SUBMIT_BATCH
+
+    tasks = list(range(SUBMIT_BATCH * 2 + 5))
+    real_add = Queue._add
+    calls = []
+
+    def add_then_lose_the_connection(
+        self: Queue, rid: str, payloads: list[bytes], **kw: object
+    ) -> int:
+        calls.append(len(payloads))
+        if len(calls) == 2:
+            raise RedisUnavailable("connection lost")
+        return real_add(self, rid, payloads, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Queue, "_add", add_then_lose_the_connection)
+    with pytest.raises(RedisUnavailable):
+        queue.submit(tasks, request_id="big")
+    assert queue.state("big") == "open"  # stopped part-way: 2 of 3 batches in
+    monkeypatch.undo()
+    again = queue.submit(tasks, request_id="big")
+    assert (again.created, again.state, again.total) == (False, "active", len(tasks))
+    got = [lease.payload for _ in range(21) for lease in queue.dequeue("w", 1000)]
+    assert got == tasks  # every task once, in order
+    assert queue.submit(tasks, request_id="big").total == len(tasks)  # and now plain idempotent
+
+
+def test_a_resumed_add_appends_only_at_its_offset(queue: Queue) -> None:
+    from core.queue.errors import TotalMismatch
+
+    queue.open(request_id="o")
+    queue.add("o", [1, 2])
+    with pytest.raises(TotalMismatch):
+        queue._add("o", [b"3"], expect=1)
+    assert queue._add("o", [b"3"], expect=2) == 3

@@ -23,6 +23,7 @@ from .errors import (
     PayloadTooLarge,
     QueueError,
     RedisUnavailable,
+    TotalMismatch,
     UnknownRequest,
     check_code,
 )
@@ -173,19 +174,32 @@ class Queue:
         payloads = self._encode(tasks)
         if seal and not payloads:
             raise InvalidInput("a request needs at least one task (or submit with seal=False)")
-        first, rest = payloads[:SUBMIT_BATCH], payloads[SUBMIT_BATCH:]
-        sealed_now = seal and not rest
+        mode = 1 if seal else 0
+        if len(payloads) > SUBMIT_BATCH:
+            mode = 2 if seal else 3  # too large for one call: the rest follows by add
         reply = self._run(
             "submit",
-            [rid, self._now(), *meta, 1 if sealed_now else 0, *first],
+            [rid, self._now(), *meta, mode, *payloads[:SUBMIT_BATCH]],
             [self.keys.request(rid), self.keys.tasks(rid)],
         )
-        created, state, total = bool(reply[0]), reply[1], int(reply[2])
-        if created and rest:
-            for i in range(0, len(rest), SUBMIT_BATCH):
-                total = self._add(rid, rest[i : i + SUBMIT_BATCH])
-            state = self.seal(rid) if seal else state
+        created, state, total, resume = bool(reply[0]), str(reply[1]), int(reply[2]), int(reply[3])
+        if (created and mode >= 2) or resume:
+            # Append the rest, then seal if asked. A retry of a large submit that stopped
+            # part-way resumes from the request's total, so it completes the request instead
+            # of leaving it open with tasks missing; each batch appends only at its offset.
+            total = self._append_from(rid, payloads, total)
+            if (mode if created else resume) == 2:
+                state = self.seal(rid)
         return Submitted(rid, created, state, total)
+
+    def _append_from(self, rid: str, payloads: list[bytes], total: int) -> int:
+        while total < len(payloads):
+            batch = payloads[total : total + SUBMIT_BATCH]
+            try:
+                total = self._add(rid, batch, expect=total)
+            except TotalMismatch:  # another retry of the same submit got there first
+                total = int(self.redis.hget(self.keys.request(rid), "total") or 0)
+        return total
 
     def open(self, *, request_id: str | None = None, **options: Any) -> Submitted:
         """Create a request that takes tasks by add() until seal()."""
@@ -200,9 +214,11 @@ class Queue:
             total = self._add(rid, payloads[i : i + SUBMIT_BATCH])
         return total
 
-    def _add(self, rid: str, payloads: list[bytes]) -> int:
+    def _add(self, rid: str, payloads: list[bytes], *, expect: int | None = None) -> int:
         reply = self._run(
-            "add", [rid, self._now(), *payloads], [self.keys.request(rid), self.keys.tasks(rid)]
+            "add",
+            [rid, self._now(), "" if expect is None else expect, *payloads],
+            [self.keys.request(rid), self.keys.tasks(rid)],
         )
         check_code(reply, f"add to request {rid!r}")
         return int(reply)

@@ -35,6 +35,10 @@ class NotLeased(QueueError):
     """The task is not leased to anyone, so it cannot be claimed or released."""
 
 
+class TotalMismatch(QueueError):
+    """A resumed add found the request's total moved: someone else appended meanwhile."""
+
+
 class RedisUnavailable(QueueError, ConnectionError):
     """Redis could not be reached or answered with an error."""
 
@@ -46,6 +50,7 @@ CODES: dict[int, type[QueueError]] = {
     -3: RequestSealed,
     -4: RequestCancelled,
     -5: NotLeased,
+    -6: TotalMismatch,
 }
 
 

@@ -5,10 +5,14 @@ KEYS[9]    <p>:{Q}:req:<rid>         request hash
 KEYS[10]   <p>:{Q}:req:<rid>:tasks   task stream
 Derived:   tr:<prio>:<tenant> (see _common.lua)
 
-ARGV[1] rid   ARGV[2] now (ms)   ARGV[3..] task payloads (JSON text)
+ARGV[1] rid   ARGV[2] now (ms)
+ARGV[3] expected total before this batch ("" = any): makes a resumed batch append only where
+        the previous one stopped, never twice
+ARGV[4..] task payloads (JSON text)
 
 Returns the request's new total.
-Errors (as integers): -2 no such request, -3 request is sealed (or cancelled/finished)
+Errors (as integers): -2 no such request, -3 request is sealed (or cancelled/finished),
+                      -6 the request's total is not the expected one
 --]]
 --@include common
 
@@ -16,11 +20,12 @@ local rid, now = ARGV[1], now_ms(ARGV[2])
 local h = load_req(rid)
 if not h then return -2 end
 if h.state ~= 'open' then return -3 end
+if ARGV[3] ~= '' and tonumber(ARGV[3]) ~= h.total then return -6 end
 local sk = KEYS[10]
-for i = 3, #ARGV do
+for i = 4, #ARGV do
   redis.call('XADD', sk, '*', 'p', ARGV[i])
 end
-local n = #ARGV - 2
+local n = #ARGV - 3
 bump(h, {total = n, waiting = n})
 redis.call('HSET', KEYS[9], 'updated_ms', now)
 bump_waiting_stat(h, n)

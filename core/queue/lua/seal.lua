@@ -18,6 +18,7 @@ local h = load_req(rid)
 if not h then return -2 end
 if h.state == 'open' then
   set_state(h, 'active', now)
+  redis.call('HDEL', KEYS[9], 'resume')
   event('sealed', rid, 'tasks', h.total)
   maybe_complete(h, now)
 end

@@ -12,10 +12,12 @@ ARGV[1]  rid          ARGV[2]  now (ms)      ARGV[3]  priority (0-99)
 ARGV[4]  concurrency  ARGV[5]  tenant        ARGV[6]  handler
 ARGV[7]  max_attempts ARGV[8]  lease_ms      ARGV[9]  retention_ms
 ARGV[10] backoff_ms   ARGV[11] backoff_max_ms
-ARGV[12] seal (1 = no more tasks will be added, 0 = open for add)
+ARGV[12] 0 = open for add; 1 = sealed now; for a submit too large for one call, whose client
+         appends the rest with add: 2 = then seals it, 3 = leaves it open. 2 and 3 are kept in
+         the hash (field "resume") until sealing, so a retry can finish what a crash stopped.
 ARGV[13..] task payloads (JSON text)
 
-Returns {created (1|0), state, total}
+Returns {created (1|0), state, total, resume (0, or 2|3 for an unfinished large submit)}
 --]]
 --@include common
 
@@ -23,8 +25,10 @@ local rid, now = ARGV[1], now_ms(ARGV[2])
 local rk, sk = KEYS[9], KEYS[10]
 
 if redis.call('EXISTS', rk) == 1 then
-  local cur = redis.call('HMGET', rk, 'state', 'total')
-  return {0, cur[1], tonumber(cur[2])}
+  local cur = redis.call('HMGET', rk, 'state', 'total', 'resume')
+  local resume = 0
+  if cur[1] == 'open' and cur[3] then resume = tonumber(cur[3]) end
+  return {0, cur[1], tonumber(cur[2]), resume}
 end
 
 local n = #ARGV - 12
@@ -38,6 +42,7 @@ redis.call('HSET', rk,
   'backoff_ms', ARGV[10], 'backoff_max_ms', ARGV[11],
   'total', n, 'waiting', n, 'retry', 0, 'leased', 0, 'delayed', 0, 'done', 0, 'dead', 0,
   'cancelled', 0, 'created_ms', now, 'updated_ms', now)
+if ARGV[12] == '2' or ARGV[12] == '3' then redis.call('HSET', rk, 'resume', ARGV[12]) end
 redis.call('ZADD', state_key('open'), now, rid)
 
 local h = load_req(rid)
@@ -49,4 +54,4 @@ if ARGV[12] == '1' then
   maybe_complete(h, now)
 end
 sync_ready(h)
-return {1, h.state, n}
+return {1, h.state, n, 0}
