@@ -107,7 +107,11 @@ def start_redis(
         str((data / "redis.log").resolve()),
         *(extra or []),
     ]
-    proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    # Its own session: a Ctrl-C meant for the supervisor must not stop Redis before the
+    # workers have released their tasks; whoever started it stops it, by PID.
+    proc = subprocess.Popen(
+        args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True
+    )
     server = RedisServer(port, data, proc)
     deadline = time.monotonic() + ready_timeout
     while time.monotonic() < deadline:

@@ -3,7 +3,7 @@ supervisor.
 
 Starts the project's own redis-server (unless REDIS_URL is set in the environment), prepares
 the database, static files and the admin user, then runs the services (gunicorn) as child
-processes in this process group. Ctrl-C or SIGTERM stops every child it started, by PID, in
+processes, each in its own session. Ctrl-C or SIGTERM stops every child it started, by PID, in
 reverse order, and exits 0; a child that dies on its own stops the rest and fails.
 """
 
@@ -51,9 +51,10 @@ class Child:
 
 
 class Stack:
-    def __init__(self, *, host: str, port: int, out: TextIO) -> None:
+    def __init__(self, *, host: str, port: int, out: TextIO, workers: int = 2) -> None:
         self.host = host
         self.port = port
+        self.workers = workers
         self.out = out
         self.var_dir = Path(settings.VAR_DIR)
         self.embedded_redis = bool(settings.EMBEDDED_REDIS)
@@ -100,10 +101,18 @@ class Stack:
                 ],
             ),
         ]
-        # Hook for workers: once `manage.py runworker` exists, a `workers` option on
-        # runstack appends that many ChildSpec(f"worker-{i}", [sys.executable, "manage.py",
-        # "runworker"]) here. They join this process group and are stopped, by PID, with
-        # the rest; nothing else in this module needs to change.
+        # Workers get a grace period shorter than STOP_TIMEOUT_S, so on Ctrl-C they finish or
+        # release their tasks before the supervisor would have to kill them.
+        specs += [
+            ChildSpec(
+                f"worker-{i}",
+                [
+                    sys.executable, "manage.py", "runworker", "--queue", "default",
+                    "--grace", str(max(1.0, STOP_TIMEOUT_S - 3)),
+                ],
+            )
+            for i in range(1, self.workers + 1)
+        ]
         return specs
 
     def _start_embedded_redis(self) -> None:
@@ -161,7 +170,12 @@ class Stack:
     def _spawn(self, spec: ChildSpec) -> None:
         env = {**os.environ, "REDIS_URL": self.redis_url, **spec.env}
         env.setdefault("DJANGO_SETTINGS_MODULE", "queueadmin.settings")
-        process = subprocess.Popen(spec.argv, cwd=settings.BASE_DIR, env=env)
+        # Each child in its own session: a terminal's Ctrl-C reaches only this supervisor, which
+        # then stops the children one by one (workers first, Redis last), so workers get one
+        # SIGTERM and finish or release their tasks while Redis still answers.
+        process = subprocess.Popen(
+            spec.argv, cwd=settings.BASE_DIR, env=env, start_new_session=True
+        )
         self.children.append(Child(spec.name, process))
         self.out.write(f"{spec.name} (pid {process.pid}) started\n")
 
@@ -213,19 +227,25 @@ class Stack:
         self.stop_requested.set()
 
     def stop_all(self) -> None:
-        """Stop every child this supervisor started, newest first: SIGTERM, then SIGKILL
-        after STOP_TIMEOUT_S. Redis goes last, so the web app can finish what it does."""
-        while self.children:
-            child = self.children.pop()
-            p = child.process
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-            try:
-                p.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.out.write(f"{child.name} (pid {p.pid}) ignored SIGTERM; killing it\n")
-                p.kill()
-                p.wait()
+        """Stop every child this supervisor started: SIGTERM to all services at once (workers
+        finish or release their tasks in parallel), SIGKILL after STOP_TIMEOUT_S; Redis last,
+        once nothing needs it any more."""
+        redis_children = [c for c in self.children if c.name == "redis-server"]
+        services = [c for c in reversed(self.children) if c.name != "redis-server"]
+        self.children.clear()
+        for group in (services, redis_children):
+            for child in group:
+                if child.process.poll() is None:
+                    child.process.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + STOP_TIMEOUT_S
+            for child in group:
+                p = child.process
+                try:
+                    p.wait(max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    self.out.write(f"{child.name} (pid {p.pid}) ignored SIGTERM; killing it\n")
+                    p.kill()
+                    p.wait()
 
     @staticmethod
     def _check_port_free(host: str, port: int, what: str, *, hint: str = "") -> None:
@@ -243,11 +263,14 @@ class Stack:
                 ) from exc
 
 
-def run_stack(*, host: str | None = None, port: int | None = None, out: Any = None) -> None:
+def run_stack(
+    *, host: str | None = None, port: int | None = None, out: Any = None, workers: int = 2
+) -> None:
     """Run the stack in the foreground until Ctrl-C / SIGTERM (then return) or until a
     child dies (then raise CommandError)."""
     Stack(
         host=host or settings.WEB_HOST,
         port=port or int(settings.WEB_PORT),
         out=out or sys.stdout,
+        workers=workers,
     ).run()

@@ -146,6 +146,9 @@ STORAGES = {
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    # One line per event; the worker's lines carry queue=, request=, task= and worker= fields.
+    "formatters": {"line": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "line"}},
     "root": {"handlers": ["console"], "level": "INFO" if DEBUG else "WARNING"},
+    "loggers": {"queueadmin": {"level": "INFO"}},
 }

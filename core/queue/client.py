@@ -420,6 +420,11 @@ class Queue:
         )
         return [int(r) for r in reply]
 
+    def try_reaper_lock(self, worker: str, ttl_ms: int) -> bool:
+        """Take the queue's reaper lock for `ttl_ms` unless another worker holds it."""
+        with _translated("reaper lock"):
+            return bool(self.redis.set(self.keys.reaper_lock, worker, nx=True, px=ttl_ms))
+
     def unregister(self, worker: str) -> None:
         """Remove a worker from the registry (on clean exit)."""
         with _translated("unregister"):

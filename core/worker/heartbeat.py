@@ -95,7 +95,7 @@ class Heartbeat(threading.Thread):
         """Recover expired leases; a lock per queue lets one worker do it at a time."""
         lock_ms = max(1000, int(self.reap_interval * 1000))
         for q in self.queues:
-            if not q.redis.set(q.keys.reaper_lock, self.worker, nx=True, px=lock_ms):
+            if not q.try_reaper_lock(self.worker, lock_ms):
                 continue
             while True:
                 reaped = q.reap(limit=500)

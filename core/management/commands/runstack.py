@@ -5,7 +5,7 @@ from __future__ import annotations
 from argparse import ArgumentParser
 from typing import Any
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from core.cli import raw_stream
 from core.stack import run_stack
@@ -14,13 +14,21 @@ from core.stack import run_stack
 class Command(BaseCommand):
     help = (
         "Start the embedded redis-server (unless REDIS_URL is set), migrate, collect static "
-        "files, ensure the admin user, and serve the console with gunicorn until Ctrl-C."
+        "files, ensure the admin user, serve the console with gunicorn and run workers until "
+        "Ctrl-C."
     )
     requires_system_checks: list[str] = []  # checks run in gunicorn; migrate runs them too
 
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("--host", help="address to serve on (default: HOST or 127.0.0.1)")
         parser.add_argument("--port", type=int, help="port to serve on (default: PORT or 8000)")
+        parser.add_argument("--workers", type=int, default=2,
+                            help="runworker processes on the default queue (default 2)")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        run_stack(host=options["host"], port=options["port"], out=raw_stream(self.stdout))
+        if options["workers"] < 0:
+            raise CommandError("--workers must be 0 or more")
+        run_stack(
+            host=options["host"], port=options["port"], out=raw_stream(self.stdout),
+            workers=options["workers"],
+        )
