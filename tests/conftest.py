@@ -78,3 +78,64 @@ def django_queue(settings: Any, redis_server: RedisServer, prefix: str) -> Queue
 def keys_under(client: redis.Redis, prefix: str) -> list[str]:
     """Every key of one test's prefix (a test-only scan of the suite's own server)."""
     return sorted(client.scan_iter(match=f"{prefix}:*", count=1000))
+
+
+# -- worker tests --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def live_queue(redis_client: redis.Redis, prefix: str) -> Queue:
+    """A queue on the suite's Redis under this test's prefix, on the Redis server's clock (real
+    time, as worker processes see it): for tests where leases must really expire."""
+    return Queue(redis_client, "q", prefix=prefix)
+
+
+@pytest.fixture
+def spawn_worker(tmp_path: Path, prefix: str, redis_server: RedisServer) -> Iterator[Any]:
+    """A factory starting `manage.py runworker` processes on queue "q" under this test's
+    prefix, with tests.handlers imported and --dead-after 2 (later options override):
+    spawn_worker(name, *options, url=...) -> Popen; its log is tmp_path/<name>.log.
+    At teardown every process still running is killed by its pid and reaped."""
+    import os
+    import subprocess
+    import sys
+
+    procs: list[subprocess.Popen[bytes]] = []
+    root = Path(__file__).resolve().parent.parent
+
+    def spawn(name: str, *options: str, url: str | None = None) -> subprocess.Popen[bytes]:
+        env = os.environ | {
+            "REDIS_URL": url or redis_server.url, "QUEUE_PREFIX": prefix,
+            "DJANGO_SETTINGS_MODULE": "queueadmin.settings", "SECRET_KEY": "worker-tests",
+            "QA_VAR_DIR": str(tmp_path / "var"),
+        }
+        args = [sys.executable, "manage.py", "runworker", "--queue", "q", "--import",
+                "tests.handlers", "--dead-after", "2", "--name", name, *options]
+        with open(tmp_path / f"{name}.log", "ab") as log:
+            proc = subprocess.Popen(args, cwd=root, env=env, stdin=subprocess.DEVNULL,
+                                    stdout=log, stderr=subprocess.STDOUT)
+        procs.append(proc)
+        return proc
+
+    yield spawn
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+
+
+@pytest.fixture
+def wait_until() -> Any:
+    """wait_until(condition, timeout, what): poll `condition` every 20 ms until it returns
+    something truthy (returned), or fail the test naming `what` after `timeout` seconds."""
+    import time
+
+    def wait(condition: Any, timeout: float = 10.0, what: str = "the condition") -> Any:
+        deadline = time.monotonic() + timeout
+        while not (value := condition()):
+            if time.monotonic() > deadline:
+                pytest.fail(f"timed out after {timeout}s waiting for {what}")
+            time.sleep(0.02)
+        return value
+
+    return wait

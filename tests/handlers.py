@@ -1,0 +1,84 @@
+"""Handlers for the worker tests, loaded into worker processes with `runworker --import
+tests.handlers`.
+
+They record what they do in Redis, under keys the test passes in the payload (its own
+prefix), through the worker's own client (`ctx.queue.redis`), so a test can tell which task
+ran, how often, on which worker, and how many tasks of one request ran at the same instant.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from core.worker import TaskContext, handler
+
+# Atomically: join the request's running set, raise the recorded maximum of its size, count
+# this execution of the task, and when the set outgrows the request's concurrency, keep its
+# members in the overlaps list (for the failure message).
+# KEYS: running set, max hash, executions hash, overlaps list.
+# ARGV: member ("<pid>/<task>"), request id, "<request>/<task>", concurrency.
+_ENTER = """
+redis.call('SADD', KEYS[1], ARGV[1])
+local n = redis.call('SCARD', KEYS[1])
+local top = tonumber(redis.call('HGET', KEYS[2], ARGV[2]) or '0')
+if n > top then redis.call('HSET', KEYS[2], ARGV[2], n) end
+redis.call('HINCRBY', KEYS[3], ARGV[3], 1)
+if n > tonumber(ARGV[4]) then
+  local members = table.concat(redis.call('SMEMBERS', KEYS[1]), ' ')
+  redis.call('RPUSH', KEYS[4], ARGV[2] .. ': ' .. members)
+end
+return n
+"""
+_scripts: dict[int, Any] = {}  # id(client) -> registered script (EVALSHA)
+
+
+def _enter(r: Any) -> Any:
+    script = _scripts.get(id(r))
+    if script is None:
+        script = _scripts[id(r)] = r.register_script(_ENTER)
+    return script
+
+
+def chaos_keys(base: str, request_id: str) -> tuple[str, str, str, str]:
+    """(running set of one request, max-running hash, executions hash, overlaps list)."""
+    return f"{base}:running:{request_id}", f"{base}:max", f"{base}:execs", f"{base}:over"
+
+
+@handler("chaos")
+def chaos(payload: dict[str, Any], ctx: TaskContext) -> None:
+    """Payload {"k": key base, "c": the request's concurrency, "ms": work time}. Records the
+    number of this request's tasks running at once; the member stays behind if the worker
+    is killed mid-task (the test removes it by pid)."""
+    keys = chaos_keys(payload["k"], ctx.request_id)
+    member = f"{os.getpid()}/{ctx.task_id}"
+    r = ctx.queue.redis
+    _enter(r)(keys=list(keys),
+              args=[member, ctx.request_id, f"{ctx.request_id}/{ctx.task_id}", payload["c"]])
+    time.sleep(payload["ms"] / 1000)
+    r.srem(keys[0], member)
+
+
+@handler("tracked")
+def tracked(payload: dict[str, Any], ctx: TaskContext) -> None:
+    """Payload {"k": key base, "seconds": S, "retry_seconds": S2 (optional)}: logs
+    "start <task> <attempt> <worker>" to the list <k>:log, works S seconds (S2 on a
+    redelivery) checking for cancellation, then logs "end <task> <attempt> <worker>"."""
+    r = ctx.queue.redis
+    log = f"{payload['k']}:log"
+    r.rpush(log, f"start {ctx.task_id} {ctx.attempt} {ctx.worker}")
+    seconds = float(payload["seconds"])
+    if ctx.attempt > 1 and "retry_seconds" in payload:
+        seconds = float(payload["retry_seconds"])
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        ctx.check()
+        time.sleep(min(left, 0.05))
+    r.rpush(log, f"end {ctx.task_id} {ctx.attempt} {ctx.worker}")
+
+
+@handler("pause")
+def pause(payload: dict[str, Any], ctx: TaskContext) -> None:
+    """Payload {"ms": M}: a short piece of work that needs nothing from Redis."""
+    time.sleep(payload["ms"] / 1000)
