@@ -61,13 +61,14 @@ class Heartbeat(threading.Thread):
                     self.reap()
                     next_reap = now + self.reap_interval
                 self.outage.recovered("heartbeat")
+                wait = min(next_beat, next_reap) - time.monotonic()
             except RedisUnavailable as exc:
-                self.outage.failed("heartbeat", exc)
-                next_beat = now  # beat again as soon as Redis answers
+                wait = self.outage.failed("heartbeat", exc)
+                next_beat = 0.0  # beat as soon as Redis answers again
             except Exception:  # a bug must not silently stop the heartbeat: log, keep beating
                 log.exception("heartbeat error worker=%s", self.worker)
-            wait = min(next_beat, next_reap) - time.monotonic()
-            self._stop_event.wait(max(0.05, min(wait, self.outage.delay() or wait)))
+                wait = self.interval
+            self._stop_event.wait(max(0.01, wait))
 
     def beat(self) -> None:
         """Renew every held lease; flag tasks whose request is cancelled or whose lease is lost."""
@@ -93,7 +94,9 @@ class Heartbeat(threading.Thread):
 
     def reap(self) -> None:
         """Recover expired leases; a lock per queue lets one worker do it at a time."""
-        lock_ms = max(1000, int(self.reap_interval * 1000))
+        # A little shorter than the interval, so the worker that reaped last time does not
+        # find its own lock still there and skip a round.
+        lock_ms = max(100, int(self.reap_interval * 900))
         for q in self.queues:
             if not q.try_reaper_lock(self.worker, lock_ms):
                 continue

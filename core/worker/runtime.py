@@ -88,6 +88,7 @@ class Worker:
         self.hard_stop = threading.Event()  # release everything now
         self.processed = 0
         self.failed = 0
+        self._inflight = 0  # leased or reserved by a slot, not yet finished (for --max-tasks)
         self._count_lock = threading.Lock()
         self._started = time.time()
         self._signals = 0
@@ -195,7 +196,7 @@ class Worker:
         acks = self._acks[slot]
         batch = 1
         while not self.hard_stop.is_set():
-            want = 0 if self.stopping.is_set() else self._budget(batch)
+            want = 0 if self.stopping.is_set() else self._reserve(batch)
             got: list[Lease] = []
             queue: Queue | None = None
             next_due = -1
@@ -208,9 +209,12 @@ class Worker:
                         self.name, want, pending, lease_ms=self.config.lease_ms
                     )
                 except RedisUnavailable as exc:
+                    self._unreserve(want)
                     time.sleep(self.outage.failed(f"slot {slot}", exc))
                     break
                 self.outage.recovered(f"slot {slot}")
+                self._unreserve(want - len(got))
+                want = len(got)
                 self._settle(q, pending, accepted)
                 del pending[: len(accepted)]
                 if due >= 0:
@@ -219,7 +223,7 @@ class Worker:
                     queue = q
                     break
             else:
-                if self.stopping.is_set() or (want == 0 and self._budget(1) == 0):
+                if self.stopping.is_set():
                     return
                 if self.config.burst and self._drained():
                     log.info("burst: queues drained, slot %d done worker=%s", slot, self.name)
@@ -236,14 +240,33 @@ class Worker:
             elif per_task > SLOW_TASK_S:
                 batch = 1
 
-    def _budget(self, batch: int) -> int:
-        if self.config.max_tasks is None:
-            return batch
+    def _reserve(self, batch: int) -> int:
+        """How many tasks this slot may lease now; with --max-tasks, reserved under the lock so
+        that slots asking at the same moment cannot together exceed it."""
         with self._count_lock:
-            left = self.config.max_tasks - self.processed - self.held.count()
-        if left <= 0 and self.held.count() == 0:
+            if self.config.max_tasks is None:
+                n = batch
+            else:
+                n = max(0, min(batch, self.config.max_tasks - self.processed - self._inflight))
+            self._inflight += n
+            return n
+
+    def _unreserve(self, n: int) -> None:
+        with self._count_lock:
+            self._inflight -= n
+
+    def _done(self, *, failed: bool = False, ran: bool = True) -> None:
+        """One leased task is finished (ran: acked or failed) or given back (ran=False)."""
+        with self._count_lock:
+            self._inflight -= 1
+            if ran:
+                self.processed += 1
+                self.failed += failed
+            limit_reached = (
+                self.config.max_tasks is not None and self.processed >= self.config.max_tasks
+            )
+        if limit_reached:
             self.stop()
-        return max(0, min(batch, left))
 
     def _settle(self, q: Queue, acked: list[str], accepted: list[bool]) -> None:
         if not acked:
@@ -302,19 +325,19 @@ class Worker:
         else:
             ctx.finished = True
             acks.append(lease.lease)
-            with self._count_lock:
-                self.processed += 1
+            self._done()
 
     def _fail(self, q: Queue, ctx: TaskContext, error: str, tb: str, *, retry: bool) -> None:
-        with self._count_lock:
-            self.failed += 1
-            self.processed += 1
         try:
             out: FailOutcome | None = self._retrying(
                 lambda: q.fail(ctx.lease, error, tb, worker=self.name, retry=retry)
             )
         except LeaseLost:
             out = None
+        except RedisUnavailable:
+            return  # hard stop during an outage: the lease expires and the task runs again
+        finally:
+            self._done(failed=True)
         self.held.discard(q.name, [ctx.lease.lease])
         if out is None:
             log.warning("task failed but its lease was lost queue=%s request=%s task=%s "
@@ -325,8 +348,15 @@ class Worker:
                         f" in {out.delay_ms}ms" if out.outcome == "delayed" else "", error)
 
     def _finish(self, q: Queue, ctxs: list[TaskContext], op: Callable[[list[str]], Any]) -> None:
+        """Give tasks back unrun (release): not counted as processed."""
         tokens = [c.lease.lease for c in ctxs]
-        self._retrying(lambda: op(tokens))
+        try:
+            self._retrying(lambda: op(tokens))
+        except RedisUnavailable:
+            return  # hard stop during an outage: the leases expire and the tasks run again
+        finally:
+            for _ in ctxs:
+                self._done(ran=False)
         self.held.discard(q.name, tokens)
 
     def _retrying(self, call: Callable[[], Any]) -> Any:
