@@ -233,22 +233,28 @@ class Queue:
     # -- consuming ----------------------------------------------------------------------
 
     def ack_and_dequeue(
-        self, consumer: str, count: int, acks: Sequence[str] = (), *, lease_ms: int = 0
+        self,
+        consumer: str,
+        count: int,
+        acks: Sequence[str] = (),
+        *,
+        lease_ms: int = 0,
+        idle_handoff: bool = False,
     ) -> tuple[list[bool], list[Lease], int]:
         """Acknowledge `acks`, then lease up to `count` tasks: one round trip.
 
-        `lease_ms` (0: each request's own) is how long the leases last unless renewed.
+        `lease_ms` (0: each request's own) is how long the leases last unless renewed. With
+        `idle_handoff`, a call that leases nothing registers the consumer as idle: work that
+        arrives while nothing else waits is then leased to it at once and pushed to its
+        handoff list, which wait_for_any(..., consumer=...) returns (the consumer must then
+        block there, and call leave_idle() when it stops).
         Returns (accepted flag per ack, new leases, ms until the next delayed task is due or
         -1; the last only when nothing was leased).
         """
-        reply = self._run("dequeue", [self._now(), consumer, count, lease_ms, *acks])
-        flat = reply[2]
-        loads = orjson.loads
-        leases = [
-            Lease(flat[i], int(flat[i + 1]), loads(flat[i + 2]), flat[i + 3], int(flat[i + 4]))
-            for i in range(0, len(flat), 5)
-        ]
-        return [r == 1 for r in reply[0]], leases, int(reply[1])
+        reply = self._run(
+            "dequeue", [self._now(), consumer, count, lease_ms, 1 if idle_handoff else 0, *acks]
+        )
+        return [r == 1 for r in reply[0]], _leases(reply[2]), int(reply[1])
 
     def dequeue(self, consumer: str, count: int = 1) -> list[Lease]:
         """Lease up to `count` tasks to `consumer` (highest priority first, fair within)."""
@@ -425,6 +431,20 @@ class Queue:
         with _translated("reaper lock"):
             return bool(self.redis.set(self.keys.reaper_lock, worker, nx=True, px=ttl_ms))
 
+    def leave_idle(self, consumer: str, lease_ms: int = 0) -> list[Lease]:
+        """Stop being offered handoffs; returns tasks already handed over and not taken, which
+        the caller must run or release."""
+        with _translated("leave_idle"):
+            self.redis.zrem(self.keys.idle, f"{consumer}|{lease_ms}")
+            # After the ZREM no script can push here any more, so this drains it for good.
+            items, _ = (
+                self.redis.pipeline(transaction=True)
+                .lrange(self.keys.handoff(consumer), 0, -1)
+                .delete(self.keys.handoff(consumer))
+                .execute()
+            )
+        return [lease for item in items for lease in _leases(orjson.loads(item))]
+
     def unregister(self, worker: str) -> None:
         """Remove a worker from the registry (on clean exit)."""
         with _translated("unregister"):
@@ -433,16 +453,41 @@ class Queue:
             ).execute()
 
 
-def wait_for_any(queues: Sequence[Queue], timeout: float) -> bool:
-    """Block until any queue is woken or `timeout` seconds pass. One BLPOP over every wake list
-    where the queues share one server; on a cluster their keys live in different slots, so
-    each gets a share of the time instead."""
-    if len(queues) == 1:
-        return queues[0].wait_for_work(timeout)
+def _leases(flat: list[Any]) -> list[Lease]:
+    """Leases from a script's flat reply: lease, attempt, payload, handler, lease_ms each."""
+    loads = orjson.loads
+    return [
+        Lease(flat[i], int(flat[i + 1]), loads(flat[i + 2]), flat[i + 3], int(flat[i + 4]))
+        for i in range(0, len(flat), 5)
+    ]
+
+
+def wait_for_any(
+    queues: Sequence[Queue], timeout: float, consumer: str | None = None
+) -> tuple[Queue, list[Lease]] | None:
+    """Block until any queue has work or `timeout` seconds pass (None).
+
+    Returns (queue, tasks handed to `consumer`) after a handoff, or (queue, []) after a plain
+    wake-up, when the caller should dequeue. One BLPOP over every list where the queues share
+    one server; on a cluster their keys live in different slots, so each gets a share of the
+    time instead.
+    """
     client = queues[0].redis
-    if all(q.redis is client for q in queues) and not hasattr(client, "nodes_manager"):
-        with _translated("wait_for_work"):
-            reply = client.blpop([q.keys.wake for q in queues], timeout=max(timeout, 0.001))
-        return reply is not None
-    share = max(timeout / len(queues), 0.01)
-    return any(q.wait_for_work(share) for q in queues)
+    if len(queues) > 1 and (
+        hasattr(client, "nodes_manager") or any(q.redis is not client for q in queues)
+    ):
+        share = max(timeout / len(queues), 0.01)
+        for q in queues:
+            if (got := wait_for_any([q], share, consumer)) is not None:
+                return got
+        return None
+    lists: dict[str, tuple[Queue, bool]] = {}
+    if consumer is not None:
+        lists |= {q.keys.handoff(consumer): (q, True) for q in queues}
+    lists |= {q.keys.wake: (q, False) for q in queues}
+    with _translated("wait_for_work"):
+        reply = client.blpop(list(lists), timeout=max(timeout, 0.001))
+    if reply is None:
+        return None
+    q, handed = lists[reply[0]]
+    return q, _leases(orjson.loads(reply[1])) if handed else []

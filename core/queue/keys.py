@@ -89,6 +89,13 @@ class QueueKeys:
     def workers(self) -> str:
         return self.base + "workers"
 
+    @property
+    def idle(self) -> str:
+        return self.base + "idle"
+
+    def handoff(self, consumer: str) -> str:
+        return f"{self.base}handoff:{consumer}"
+
     def worker(self, name: str) -> str:
         return f"{self.base}worker:{name}"
 

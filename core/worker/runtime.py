@@ -83,6 +83,9 @@ class Worker:
         self.name = self.config.name
         self.registry = registry or default_registry
         self.held = Held()
+        # Idle slots may be handed tasks directly by producers (one round trip less per task
+        # for an idle worker). Off with --max-tasks, whose budget a handoff would bypass.
+        self._handoff = self.config.max_tasks is None
         self.outage = Outage()
         self.stopping = threading.Event()  # take no new work; finish what runs
         self.hard_stop = threading.Event()  # release everything now
@@ -130,6 +133,7 @@ class Worker:
                 break
             for t in slots:
                 t.join(0.1)
+        self._leave_idle()
         if self.hard_stop.is_set():
             self._release_all()
         self.heartbeat.stop()
@@ -206,7 +210,8 @@ class Worker:
                     continue
                 try:
                     accepted, got, due = q.ack_and_dequeue(
-                        self.name, want, pending, lease_ms=self.config.lease_ms
+                        self.name, want, pending, lease_ms=self.config.lease_ms,
+                        idle_handoff=self._handoff and want > 0,
                     )
                 except RedisUnavailable as exc:
                     self._unreserve(want)
@@ -228,8 +233,10 @@ class Worker:
                 if self.config.burst and self._drained():
                     log.info("burst: queues drained, slot %d done worker=%s", slot, self.name)
                     return
-                self._idle(next_due)
-                continue
+                handed = self._idle(next_due)
+                if handed is None:
+                    continue
+                queue, got = handed
             if queue is None:
                 continue  # Redis error: retry after the backoff
             started = time.perf_counter()
@@ -279,14 +286,31 @@ class Worker:
                             "lost (expired or claimed), so the task runs again elsewhere",
                             q.name, rid, tid, self.name)
 
-    def _idle(self, next_due_ms: int) -> None:
+    def _idle(self, next_due_ms: int) -> tuple[Queue, list[Lease]] | None:
+        """Block until work arrives; returns tasks handed straight to this worker, if any."""
         timeout = self.config.idle_wait
         if next_due_ms >= 0:
             timeout = min(timeout, max(next_due_ms / 1000, 0.001))
         try:
-            wait_for_any(self.queues, timeout)
+            woken = wait_for_any(self.queues, timeout, self.name if self._handoff else None)
         except RedisUnavailable as exc:
             time.sleep(self.outage.failed("idle wait", exc))
+            return None
+        if woken is None or not woken[1]:
+            return None
+        return woken
+
+    def _leave_idle(self) -> None:
+        """Take this worker off the idle set and give back tasks handed to it but not taken."""
+        if not self._handoff:
+            return
+        for q in self.queues:
+            try:
+                leftover = q.leave_idle(self.name, self.config.lease_ms)
+                if leftover:
+                    q.release(leftover)
+            except RedisUnavailable:
+                pass  # handed-over leases expire and are reaped: nothing is lost
 
     def _drained(self) -> bool:
         try:

@@ -19,6 +19,9 @@
 --   <p>:{Q}:tr:<prio>:<tenant>   zset   eligible requests of one tenant at one priority -> seq
 --   <p>:{Q}:state:<state>        zset   request index by state -> time of entering it
 --   <p>:{Q}:done:<rid>           channel completion announcement
+--   <p>:{Q}:idle                 zset   idle workers "<consumer>|<lease_ms>" -> when they
+--                                       found nothing (registered by dequeue on request)
+--   <p>:{Q}:handoff:<consumer>   list   tasks handed straight to that idle worker
 --
 -- Pseudo-consumers of a request's group hold the parked entries of its PEL:
 --   "~waiting" (back to waiting after a lease expired, a release or a requeue),
@@ -34,11 +37,15 @@ local EVENTS_MAXLEN = 10000
 
 -- Milliseconds from the caller's clock when it sends one (tests control time that way), else
 -- from the Redis server, so that leases mean the same to every host whatever their clocks say.
+local NOW = 0  -- set by now_ms(), which every script calls first
 local function now_ms(arg)
   local n = tonumber(arg)
-  if n and n > 0 then return n end
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if not (n and n > 0) then
+    local t = redis.call('TIME')
+    n = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  NOW = n
+  return n
 end
 
 local function req_key(rid) return PREFIX .. 'req:' .. rid end
@@ -47,6 +54,10 @@ local function rel_key(rid) return PREFIX .. 'req:' .. rid .. ':rel' end
 local function deadmap_key(rid) return PREFIX .. 'req:' .. rid .. ':dead' end
 local function tenant_key(slot) return PREFIX .. 'tr:' .. slot end
 local function state_key(state) return PREFIX .. 'state:' .. state end
+local K_IDLE = PREFIX .. 'idle'
+local function handoff_key(consumer) return PREFIX .. 'handoff:' .. consumer end
+local HANDOFF_FRESH_MS = 1500  -- an idle registration older than this is not trusted
+local HANDOFF_MAX = 16  -- idle workers served by one call; the rest wake up and dequeue
 
 local NUMERIC = {'priority', 'concurrency', 'total', 'waiting', 'retry', 'leased', 'delayed',
                  'done', 'dead', 'cancelled', 'max_attempts', 'lease_ms', 'retention_ms',
@@ -82,24 +93,6 @@ local function is_eligible(h)
   return (h.state == 'open' or h.state == 'active') and h.waiting > 0 and h.leased < h.concurrency
 end
 
--- Keep the ready index true for one request: present in its tenant's zset (and the tenant
--- in `ready`) exactly when it has waiting work, a free slot and is not cancelled or finished.
-local function sync_ready(h)
-  local slot = slot_of(h)
-  local tk = tenant_key(slot)
-  if is_eligible(h) then
-    if not redis.call('ZSCORE', tk, h.id) then
-      redis.call('ZADD', tk, next_seq(), h.id)
-      if not redis.call('ZSCORE', K_READY, slot) then
-        redis.call('ZADD', K_READY, (99 - h.priority) * BAND + next_seq(), slot)
-      end
-      wake()
-    end
-  elseif redis.call('ZREM', tk, h.id) == 1 and redis.call('EXISTS', tk) == 0 then
-    redis.call('ZREM', K_READY, slot)
-  end
-end
-
 local function set_state(h, new_state, now)
   if h.state == new_state then return end
   redis.call('ZREM', state_key(h.state), h.id)
@@ -123,6 +116,111 @@ end
 
 local function bump_waiting_stat(h, d)
   if d ~= 0 then redis.call('HINCRBY', K_STATS, 'w:' .. h.priority, d) end
+end
+
+-- Lease up to n tasks of request h to consumer: parked retries first (XCLAIM from
+-- "~waiting"), then new entries (XREADGROUP). Appends lease, attempt, payload, handler,
+-- lease_ms per task to `out`, updates the counters, and returns how many it leased.
+local function lease_tasks(h, consumer, n, lease_ms, out)
+  local sk = stream_key(h.id)
+  local expiry = NOW + lease_ms
+  local zargs = {}
+  local function lease_out(tid, deliv, attempt, payload)
+    local lease = h.id .. '/' .. tid .. '/' .. deliv
+    zargs[#zargs + 1] = expiry
+    zargs[#zargs + 1] = lease
+    if #zargs >= 1000 then  -- unpack() has a limit: flush in chunks
+      redis.call('ZADD', K_LEASES, unpack(zargs))
+      zargs = {}
+    end
+    out[#out + 1] = lease
+    out[#out + 1] = attempt
+    out[#out + 1] = payload
+    out[#out + 1] = h.handler
+    out[#out + 1] = lease_ms
+  end
+  local from_retry = 0
+  if h.retry > 0 then
+    local parked = redis.call('XPENDING', sk, GROUP, '-', '+', math.min(n, h.retry), '~waiting')
+    for _, e in ipairs(parked) do
+      local tid, deliv = e[1], tonumber(e[4]) + 1
+      local c = redis.call('XCLAIM', sk, GROUP, consumer, 0, tid)
+      local rel = tonumber(redis.call('HGET', rel_key(h.id), tid) or '0')
+      lease_out(tid, deliv, deliv - rel, c[1][2][2])
+      from_retry = from_retry + 1
+    end
+  end
+  local fresh = 0
+  if from_retry < n then
+    local r = redis.call('XREADGROUP', 'GROUP', GROUP, consumer, 'COUNT', n - from_retry,
+                         'STREAMS', sk, '>')
+    if r then
+      for _, e in ipairs(r[1][2]) do
+        lease_out(e[1], 1, 1, e[2][2])
+        fresh = fresh + 1
+      end
+    end
+  end
+  if #zargs > 0 then redis.call('ZADD', K_LEASES, unpack(zargs)) end
+  local taken = from_retry + fresh
+  if taken > 0 then
+    bump(h, {waiting = -taken, retry = -from_retry, leased = taken})
+    bump_waiting_stat(h, -taken)
+  end
+  if taken < n then
+    -- The counters promised more than the stream holds. Never expected; take the request
+    -- out of rotation (so no loop can spin on it) and leave a trace for the operator.
+    event('inconsistent', h.id, 'expected', n, 'found', taken)
+    h.waiting = 0
+  end
+  return taken
+end
+
+-- A request just became eligible while nothing else is (`ready` is empty): hand one task each
+-- to idle workers that registered recently, straight into their handoff lists, which they
+-- block on. Saves them the wake-up and dequeue round trips. With other work in `ready` it
+-- does nothing: that work goes first, by priority, through dequeue.
+local function handoff(h)
+  if redis.call('EXISTS', K_READY) == 1 then return end
+  local served = 0
+  while served < HANDOFF_MAX and is_eligible(h) do
+    local top = redis.call('ZPOPMAX', K_IDLE)
+    if #top == 0 then return end
+    if tonumber(top[2]) >= NOW - HANDOFF_FRESH_MS then
+      local consumer, lease_ms = string.match(top[1], '^(.+)|(%d+)$')
+      lease_ms = tonumber(lease_ms)
+      if lease_ms <= 0 then lease_ms = h.lease_ms end
+      local out = {}
+      if lease_tasks(h, consumer, 1, lease_ms, out) > 0 then
+        local hk = handoff_key(consumer)
+        redis.call('RPUSH', hk, cjson.encode(out))
+        redis.call('PEXPIRE', hk, 10 * lease_ms)
+        served = served + 1
+      end
+    end
+  end
+end
+
+-- Keep the ready index true for one request: present in its tenant's zset (and the tenant
+-- in `ready`) exactly when it has waiting work, a free slot and is not cancelled or finished.
+-- A request that becomes eligible is first offered to idle workers (handoff).
+local function sync_ready(h)
+  local slot = slot_of(h)
+  local tk = tenant_key(slot)
+  if is_eligible(h) and not redis.call('ZSCORE', tk, h.id) then
+    handoff(h)
+  end
+  if is_eligible(h) then
+    if not redis.call('ZSCORE', tk, h.id) then
+      redis.call('ZADD', tk, next_seq(), h.id)
+      if not redis.call('ZSCORE', K_READY, slot) then
+        redis.call('ZADD', K_READY, (99 - h.priority) * BAND + next_seq(), slot)
+      end
+      wake()
+    end
+  elseif redis.call('ZREM', tk, h.id) == 1 and redis.call('EXISTS', tk) == 0 then
+    redis.call('ZREM', K_READY, slot)
+  end
 end
 
 -- Record a request's completion exactly once: stored, then announced. Returns the final state

@@ -16,11 +16,14 @@ back of their rotations.
 
 KEYS[1..8] queue-level keys (see _common.lua)
 Derived:   req:<rid>, req:<rid>:tasks, req:<rid>:rel, tr:<prio>:<tenant>, state:<state>,
-           done:<rid> (see _common.lua)
+           done:<rid>, idle, handoff:<consumer> (see _common.lua)
 
 ARGV[1] now (ms)   ARGV[2] consumer   ARGV[3] count
 ARGV[4] lease_ms (0 = each request's own; a worker passes how soon it must be presumed dead)
-ARGV[5..] leases to acknowledge
+ARGV[5] idle handoff: "1" = if nothing is leased, register the consumer as idle, so that work
+        arriving while it blocks on its handoff list is pushed there (see handoff() in
+        _common.lua); any call with "1" first takes the consumer off the idle set
+ARGV[6..] leases to acknowledge
 
 Returns {ack_results, next_due_ms, tasks}
   ack_results  one integer per lease: 1 acked, -1 lease not held
@@ -31,12 +34,17 @@ Returns {ack_results, next_due_ms, tasks}
 
 local now, consumer, want = now_ms(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 local lease_override = tonumber(ARGV[4])
+local idle_member = nil
+if ARGV[5] == '1' and want > 0 then
+  idle_member = consumer .. '|' .. ARGV[4]
+  redis.call('ZREM', K_IDLE, idle_member)
+end
 
 -- Acks, grouped by request: one ZMSCORE for all, then per request one XACK, one XDEL and
 -- one update of its counters, whatever the batch size.
 local acks = {}
-if #ARGV >= 5 then
-  local leases = {unpack(ARGV, 5)}
+if #ARGV >= 6 then
+  local leases = {unpack(ARGV, 6)}
   local scores = redis.call('ZMSCORE', K_LEASES, unpack(leases))
   local valid, seen, by_req, order = {}, {}, {}, {}
   for i, lease in ipairs(leases) do
@@ -99,59 +107,9 @@ while got < want do
   if h then
     local n = math.min(want - got, h.concurrency - h.leased, h.waiting)
     if n > 0 and (h.state == 'open' or h.state == 'active') then
-      local sk = stream_key(h.id)
       local lease_ms = h.lease_ms
       if lease_override > 0 then lease_ms = lease_override end
-      local expiry = now + lease_ms
-      local zargs = {}
-      local from_retry = 0
-      local function lease_out(tid, deliv, attempt, payload)
-        local lease = h.id .. '/' .. tid .. '/' .. deliv
-        zargs[#zargs + 1] = expiry
-        zargs[#zargs + 1] = lease
-        if #zargs >= 1000 then  -- unpack() has a limit: flush in chunks
-          redis.call('ZADD', K_LEASES, unpack(zargs))
-          zargs = {}
-        end
-        out[#out + 1] = lease
-        out[#out + 1] = attempt
-        out[#out + 1] = payload
-        out[#out + 1] = h.handler
-        out[#out + 1] = lease_ms
-      end
-      if h.retry > 0 then
-        local parked = redis.call('XPENDING', sk, GROUP, '-', '+', math.min(n, h.retry), '~waiting')
-        for _, e in ipairs(parked) do
-          local tid, deliv = e[1], tonumber(e[4]) + 1
-          local c = redis.call('XCLAIM', sk, GROUP, consumer, 0, tid)
-          lease_out(tid, deliv, attempts_of(h.id, tid, deliv), c[1][2][2])
-          from_retry = from_retry + 1
-        end
-      end
-      local fresh = 0
-      if from_retry < n then
-        local r = redis.call('XREADGROUP', 'GROUP', GROUP, consumer, 'COUNT', n - from_retry,
-                             'STREAMS', sk, '>')
-        if r then
-          for _, e in ipairs(r[1][2]) do
-            lease_out(e[1], 1, 1, e[2][2])
-            fresh = fresh + 1
-          end
-        end
-      end
-      local taken = from_retry + fresh
-      if #zargs > 0 then redis.call('ZADD', K_LEASES, unpack(zargs)) end
-      if taken > 0 then
-        bump(h, {waiting = -taken, retry = -from_retry, leased = taken})
-        bump_waiting_stat(h, -taken)
-        got = got + taken
-      end
-      if taken < n then
-        -- The counters promised more than the stream holds. Never expected; take the request
-        -- out of rotation (so this loop cannot spin) and leave a trace for the operator.
-        event('inconsistent', h.id, 'expected', n, 'found', taken)
-        h.waiting = 0
-      end
+      got = got + lease_tasks(h, consumer, n, lease_ms, out)
     end
     if is_eligible(h) then
       redis.call('ZADD', tk, 'XX', next_seq(), h.id)
@@ -173,6 +131,7 @@ local next_due = -1
 if got > 0 then
   if redis.call('EXISTS', K_READY) == 1 then wake() end
 else
+  if idle_member then redis.call('ZADD', K_IDLE, now, idle_member) end
   local first = redis.call('ZRANGE', K_DELAYED, 0, 0, 'WITHSCORES')
   if #first > 0 then next_due = math.max(0, tonumber(first[2]) - now) end
 end
