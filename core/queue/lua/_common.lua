@@ -256,7 +256,9 @@ end
 
 -- Deliveries so far of one pending entry, and who holds it.
 local function pending_info(rid, tid)
-  local p = redis.call('XPENDING', stream_key(rid), GROUP, tid, tid, 1)
+  local sk = stream_key(rid)
+  if redis.call('EXISTS', sk) == 0 then return nil, nil end  -- finished: its stream is gone
+  local p = redis.call('XPENDING', sk, GROUP, tid, tid, 1)
   if #p == 0 then return nil, nil end
   return tonumber(p[1][4]), p[1][2]
 end

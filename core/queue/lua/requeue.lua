@@ -47,7 +47,7 @@ if mode == 'request' then
   if not h then return -2 end
   if h.state == 'cancelling' or h.state == 'cancelled' then return -4 end
   local last = '-'
-  while true do
+  while redis.call('EXISTS', KEYS[10]) == 1 do  -- a request finished without dead letters has none
     local p = redis.call('XPENDING', KEYS[10], GROUP, last, '+', 500, '~dead')
     if #p == 0 then break end
     for _, e in ipairs(p) do
