@@ -6,7 +6,6 @@ Plain Python on redis-py; usable without Django. Every state change is one Lua s
 
 from __future__ import annotations
 
-import json
 import random
 import time
 import uuid
@@ -422,7 +421,7 @@ class Queue:
         tokens = [x.lease if isinstance(x, Lease) else x for x in leases]
         reply = self._run(
             "extend",
-            [self._now(), lease_ms, worker, ttl_ms, json.dumps(info, default=str), *tokens],
+            [self._now(), lease_ms, worker, ttl_ms, orjson.dumps(info, default=str), *tokens],
         )
         return [int(r) for r in reply]
 
