@@ -11,6 +11,8 @@ QA_ADMIN_PASSWORD  password `runstack` gives the "admin" user (default: generate
                var/admin_password)
 QA_VAR_DIR     where local state lives (default var/ in the checkout)
 QA_REDIS_PORT  port of the embedded redis-server (default 6390)
+QA_HANDLER_MODULES  comma-separated modules whose import registers task handlers, loaded by
+               every `runworker` (besides core.worker.builtins)
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ EMBEDDED_REDIS_PORT = int(os.environ.get("QA_REDIS_PORT") or "6390")
 EMBEDDED_REDIS = not os.environ.get("REDIS_URL")
 REDIS_URL = os.environ.get("REDIS_URL") or f"redis://127.0.0.1:{EMBEDDED_REDIS_PORT}/0"
 QUEUE_PREFIX = os.environ.get("QUEUE_PREFIX") or "qa"
+QUEUEADMIN_HANDLER_MODULES = _env_list("QA_HANDLER_MODULES", "")
 
 # The supervisor (`runstack`).
 WEB_HOST = os.environ.get("HOST") or "127.0.0.1"

@@ -110,10 +110,19 @@ class Worker:
     # -- lifecycle ----------------------------------------------------------------------
 
     def run(self) -> int:
-        """Run until stopped; returns the exit code (0)."""
+        """Run until stopped; returns the exit code (0). In the main thread it handles SIGTERM
+        and SIGINT until it returns (then the previous handlers are back)."""
+        previous: dict[int, Any] = {}
         if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, self._on_signal)
-            signal.signal(signal.SIGINT, self._on_signal)
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                previous[sig] = signal.signal(sig, self._on_signal)
+        try:
+            return self._run()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _run(self) -> int:
         log.info("worker started worker=%s queues=%s slots=%d pid=%d dead_after=%.1fs handlers=%s",
                  self.name, ",".join(q.name for q in self.queues), self.config.slots,
                  os.getpid(), self.config.dead_after, ",".join(self.registry.names()))

@@ -10,7 +10,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from core.conf import get_queue, redacted
-from core.queue import QueueError
+from core.queue import QueueError, RedisUnavailable
 from core.worker import WorkerConfig
 from core.worker.main import run_worker
 
@@ -65,10 +65,10 @@ class Command(BaseCommand):
                     *getattr(settings, "QUEUEADMIN_HANDLER_MODULES", []), *options["imports"]
                 ],
             )
-        except QueueError as exc:
+        except RedisUnavailable as exc:
             raise CommandError(
                 f"{exc}\nREDIS_URL is {redacted(settings.REDIS_URL)}; start the stack with "
                 "`make run`, or set REDIS_URL to a running Redis."
             ) from exc
-        except ImportError as exc:
+        except (QueueError, ImportError) as exc:
             raise CommandError(str(exc)) from exc
