@@ -21,7 +21,7 @@ def test_handler_modules_from_settings_are_loaded(django_queue: Queue, settings:
 
 
 def test_an_unimportable_handler_module_is_a_command_error(django_queue: Queue) -> None:
-    with pytest.raises(CommandError, match="cannot import handler module 'no.such.module'"):
+    with pytest.raises(CommandError, match=r"cannot import handler module 'no\.such\.module'"):
         call_command("runworker", "--burst", "--import", "no.such.module")
 
 
