@@ -38,14 +38,26 @@ def test_a_plain_dequeue_does_not_register_for_handoff(
     assert [lease.payload for lease in queue.dequeue("w2", 1)] == [1]
 
 
-def test_handoff_respects_priority_when_work_is_already_waiting(queue: Queue) -> None:
+def test_handoff_takes_the_highest_priority_work_first(queue: Queue) -> None:
     for i in range(17):
         go_idle(queue, f"w{i}")
     queue.submit(["high"] * 20, request_id="high", priority=90)  # 16 handed over, 4 wait
-    queue.submit(["low"], request_id="low", priority=10)
+    queue.submit(["low"], request_id="low", priority=10)  # the 17th gets high, not low
     handed = [lease.payload for i in range(17) for lease in queue.leave_idle(f"w{i}", 5000)]
-    assert handed == ["high"] * 16  # the 17th idle worker was not handed the low task
-    assert [lease.payload for lease in queue.dequeue("x", 5)] == ["high"] * 4 + ["low"]
+    assert handed == ["high"] * 17
+    assert [lease.payload for lease in queue.dequeue("x", 5)] == ["high"] * 3 + ["low"]
+
+
+def test_work_made_eligible_together_is_handed_over_by_priority(
+    queue: Queue, clock: FakeClock
+) -> None:
+    queue.submit([1], request_id="a-low", priority=10, lease_ms=100)
+    queue.submit([1], request_id="b-high", priority=90, lease_ms=100)
+    assert len(queue.dequeue("w1", 2)) == 2
+    go_idle(queue, "w2", lease_ms=0)
+    clock.advance(101)
+    queue.reap()  # both leases expire in one call, the low one first
+    assert [lease.request_id for lease in queue.leave_idle("w2")] == ["b-high"]
 
 
 def test_a_stale_idle_registration_is_not_trusted(queue: Queue, clock: FakeClock) -> None:
@@ -78,13 +90,14 @@ def test_leaving_idle_returns_what_was_handed_over_for_release(queue: Queue) -> 
     assert all(lease.attempt == 1 for lease in again)  # the release cost no attempt
 
 
-def test_a_retry_whose_backoff_ends_is_handed_to_an_idle_worker(
+def test_retries_promoted_by_a_dequeue_go_to_it_first_then_to_idle_workers(
     queue: Queue, clock: FakeClock
 ) -> None:
-    queue.submit([1], request_id="r", backoff_ms=1000, backoff_max_ms=1000)
-    out = queue.fail(queue.dequeue("w1", 1)[0], "flaky")
+    queue.submit([1, 2], request_id="r", backoff_ms=1000, backoff_max_ms=1000)
+    delays = [queue.fail(lease, "flaky").delay_ms for lease in queue.dequeue("w1", 2)]
     go_idle(queue, "w2")
-    clock.advance(out.delay_ms)
-    assert queue.dequeue("w3", 1) == []  # its call promoted the retry; the idle w2 got it
-    [lease] = queue.leave_idle("w2", 5000)
-    assert (lease.request_id, lease.attempt) == ("r", 2)
+    clock.advance(max(delays))
+    [mine] = queue.dequeue("w3", 1)  # its call promoted both retries and took one
+    [handed] = queue.leave_idle("w2", 5000)  # the other went to the idle worker
+    assert {mine.task_id, handed.task_id} == {lease.task_id for lease in [mine, handed]}
+    assert (mine.attempt, handed.attempt) == (2, 2)

@@ -176,40 +176,13 @@ local function lease_tasks(h, consumer, n, lease_ms, out)
   return taken
 end
 
--- A request just became eligible while nothing else is (`ready` is empty): hand one task each
--- to idle workers that registered recently, straight into their handoff lists, which they
--- block on. Saves them the wake-up and dequeue round trips. With other work in `ready` it
--- does nothing: that work goes first, by priority, through dequeue.
-local function handoff(h)
-  if redis.call('EXISTS', K_READY) == 1 then return end
-  local served = 0
-  while served < HANDOFF_MAX and is_eligible(h) do
-    local top = redis.call('ZPOPMAX', K_IDLE)
-    if #top == 0 then return end
-    if tonumber(top[2]) >= NOW - HANDOFF_FRESH_MS then
-      local consumer, lease_ms = string.match(top[1], '^(.+)|(%d+)$')
-      lease_ms = tonumber(lease_ms)
-      if lease_ms <= 0 then lease_ms = h.lease_ms end
-      local out = {}
-      if lease_tasks(h, consumer, 1, lease_ms, out) > 0 then
-        local hk = handoff_key(consumer)
-        redis.call('RPUSH', hk, cjson.encode(out))
-        redis.call('PEXPIRE', hk, 10 * lease_ms)
-        served = served + 1
-      end
-    end
-  end
-end
-
 -- Keep the ready index true for one request: present in its tenant's zset (and the tenant
 -- in `ready`) exactly when it has waiting work, a free slot and is not cancelled or finished.
--- A request that becomes eligible is first offered to idle workers (handoff).
+-- A request that becomes eligible also marks the script for dispatch_idle() at its end.
+local DISPATCH = false
 local function sync_ready(h)
   local slot = slot_of(h)
   local tk = tenant_key(slot)
-  if is_eligible(h) and not redis.call('ZSCORE', tk, h.id) then
-    handoff(h)
-  end
   if is_eligible(h) then
     if not redis.call('ZSCORE', tk, h.id) then
       redis.call('ZADD', tk, next_seq(), h.id)
@@ -217,9 +190,75 @@ local function sync_ready(h)
         redis.call('ZADD', K_READY, (99 - h.priority) * BAND + next_seq(), slot)
       end
       wake()
+      DISPATCH = true
     end
   elseif redis.call('ZREM', tk, h.id) == 1 and redis.call('EXISTS', tk) == 0 then
     redis.call('ZREM', K_READY, slot)
+  end
+end
+
+-- Lease up to `want` tasks to consumer from the ready index, as dequeue does: the head of
+-- `ready` (highest priority band, least recently served tenant) gives a tenant slot, the head
+-- of that tenant's zset the least recently served request, and up to
+-- min(wanted, concurrency - leased, waiting) of its tasks are leased; request and tenant then
+-- go to the back of their rotations. lease_ms 0 = each request's own.
+local function take_ready(consumer, want, lease_override, out)
+  local got = 0
+  while got < want do
+    local top = redis.call('ZRANGE', K_READY, 0, 0)
+    if #top == 0 then break end
+    local slot = top[1]
+    local tk = tenant_key(slot)
+    local head = redis.call('ZRANGE', tk, 0, 0)
+    local h = nil
+    if #head > 0 then h = load_req(head[1]) end
+    if h then
+      local n = math.min(want - got, h.concurrency - h.leased, h.waiting)
+      if n > 0 and (h.state == 'open' or h.state == 'active') then
+        local lease_ms = h.lease_ms
+        if lease_override > 0 then lease_ms = lease_override end
+        got = got + lease_tasks(h, consumer, n, lease_ms, out)
+      end
+      if is_eligible(h) then
+        redis.call('ZADD', tk, 'XX', next_seq(), h.id)
+      else
+        redis.call('ZREM', tk, h.id)
+      end
+    elseif #head > 0 then
+      redis.call('ZREM', tk, head[1])
+    end
+    if redis.call('EXISTS', tk) == 1 then
+      local prio = tonumber(string.match(slot, '^(%d+):'))
+      redis.call('ZADD', K_READY, 'XX', (99 - prio) * BAND + next_seq(), slot)
+    else
+      redis.call('ZREM', K_READY, slot)
+    end
+  end
+  return got
+end
+
+-- Called last by every script that can make work eligible: if it did, hand one task each to
+-- idle workers that registered recently, taken from the ready index exactly as a dequeue
+-- would (so by priority), and pushed to their handoff lists, which they block on. Saves them
+-- the wake-up and dequeue round trips. Done at the end, not as each request becomes
+-- eligible, so that a higher-priority request made eligible later in the same script is
+-- not passed over.
+local function dispatch_idle()
+  if not DISPATCH then return end
+  DISPATCH = false
+  for _ = 1, HANDOFF_MAX do
+    if redis.call('EXISTS', K_READY) == 0 then return end
+    local top = redis.call('ZPOPMAX', K_IDLE)
+    if #top == 0 then return end
+    if tonumber(top[2]) >= NOW - HANDOFF_FRESH_MS then
+      local consumer, lease_ms = string.match(top[1], '^(.+)|(%d+)$')
+      local out = {}
+      if take_ready(consumer, 1, tonumber(lease_ms), out) > 0 then
+        local hk = handoff_key(consumer)
+        redis.call('RPUSH', hk, cjson.encode(out))
+        redis.call('PEXPIRE', hk, 10 * math.max(tonumber(out[5]), 1000))
+      end
+    end
   end
 end
 

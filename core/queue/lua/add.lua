@@ -31,4 +31,5 @@ redis.call('HSET', KEYS[9], 'updated_ms', now)
 bump_waiting_stat(h, n)
 redis.call('HINCRBY', K_STATS, 'submitted', n)
 sync_ready(h)
+dispatch_idle()
 return h.total

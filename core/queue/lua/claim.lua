@@ -36,6 +36,7 @@ if consumer == '' then
   event('released', rid, 'task', tid, 'worker', holder)
   sync_ready(h)
   maybe_complete(h, now)
+  dispatch_idle()
   return {1, '', 0, '', '', 0, holder}
 end
 local c = redis.call('XCLAIM', sk, GROUP, consumer, 0, tid)

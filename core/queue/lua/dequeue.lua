@@ -7,12 +7,10 @@ Ack: a lease "<rid>/<task>/<delivery>" is accepted only while it is held: presen
 with an expiry not yet past. An ack of an expired, reaped, claimed or already acked lease is
 refused and changes nothing, so a task is counted done once.
 
-Dequeue: first due retries are promoted from `delayed`; then, while tasks are wanted, the
-head of `ready` (highest priority band, least recently served tenant) gives a tenant slot,
-the head of that tenant's zset the least recently served request, and up to
-min(wanted, concurrency - leased, waiting) of its tasks are leased: parked retries first
-(XCLAIM from "~waiting"), then new entries (XREADGROUP). Request and tenant then go to the
-back of their rotations.
+Dequeue: first due retries are promoted from `delayed`; then take_ready() (_common.lua)
+leases up to `count` tasks by priority and rotation: parked retries first (XCLAIM from
+"~waiting"), then new entries (XREADGROUP). Work left over goes to idle workers
+(dispatch_idle()).
 
 KEYS[1..8] queue-level keys (see _common.lua)
 Derived:   req:<rid>, req:<rid>:tasks, req:<rid>:rel, tr:<prio>:<tenant>, state:<state>,
@@ -95,37 +93,7 @@ for _, m in ipairs(due) do
 end
 
 local out = {}
-local got = 0
-while got < want do
-  local top = redis.call('ZRANGE', K_READY, 0, 0)
-  if #top == 0 then break end
-  local slot = top[1]
-  local tk = tenant_key(slot)
-  local head = redis.call('ZRANGE', tk, 0, 0)
-  local h = nil
-  if #head > 0 then h = load_req(head[1]) end
-  if h then
-    local n = math.min(want - got, h.concurrency - h.leased, h.waiting)
-    if n > 0 and (h.state == 'open' or h.state == 'active') then
-      local lease_ms = h.lease_ms
-      if lease_override > 0 then lease_ms = lease_override end
-      got = got + lease_tasks(h, consumer, n, lease_ms, out)
-    end
-    if is_eligible(h) then
-      redis.call('ZADD', tk, 'XX', next_seq(), h.id)
-    else
-      redis.call('ZREM', tk, h.id)
-    end
-  elseif #head > 0 then
-    redis.call('ZREM', tk, head[1])
-  end
-  if redis.call('EXISTS', tk) == 1 then
-    local prio = tonumber(string.match(slot, '^(%d+):'))
-    redis.call('ZADD', K_READY, 'XX', (99 - prio) * BAND + next_seq(), slot)
-  else
-    redis.call('ZREM', K_READY, slot)
-  end
-end
+local got = take_ready(consumer, want, lease_override, out)
 
 local next_due = -1
 if got > 0 then
@@ -135,4 +103,5 @@ else
   local first = redis.call('ZRANGE', K_DELAYED, 0, 0, 'WITHSCORES')
   if #first > 0 then next_due = math.max(0, tonumber(first[2]) - now) end
 end
+dispatch_idle()
 return {acks, next_due, out}

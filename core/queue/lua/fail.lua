@@ -45,4 +45,5 @@ else
 end
 sync_ready(h)
 maybe_complete(h, now)
+dispatch_idle()
 return {1, outcome, attempts, delay}

@@ -45,4 +45,5 @@ for _, lease in ipairs(expired) do
   out[#out + 1] = worker
   out[#out + 1] = outcome
 end
+dispatch_idle()
 return out

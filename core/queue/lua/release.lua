@@ -35,4 +35,5 @@ for i = 2, #ARGV do
     maybe_complete(h, now)
   end
 end
+dispatch_idle()
 return out

@@ -78,4 +78,5 @@ for rid, h in pairs(touched) do
   if requeued > 0 then event('requeued', rid) end
   sync_ready(h)
 end
+dispatch_idle()
 return {requeued, skipped}

@@ -59,4 +59,5 @@ redis.call('HINCRBY', K_STATS, 'submitted', n)
 event('submitted', rid, 'tasks', n, 'priority', ARGV[3], 'tenant', ARGV[5])
 if n == 0 then maybe_complete(h, now) end
 sync_ready(h)
+dispatch_idle()
 return {1, h.state, n, 0}

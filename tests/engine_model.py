@@ -1,0 +1,388 @@
+"""A reference model of one queue for the stateful tests, and a reader that rebuilds the true
+state of every task from Redis and compares the two (DESIGN.md §3: invariants 1, 2, 5 and 6,
+and every counter and index the engine keeps).
+
+The model knows nothing of the Lua scripts: it keeps each task's state by the rules the engine
+promises (leases, attempts, backoff, dead letters, cancel, requeue, completion once).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from core.queue import Queue
+from core.queue.models import STATES
+
+RUNNABLE = ("open", "active")
+TERMINAL = ("done", "failed", "cancelled")
+TASK_STATES = ("waiting", "delayed", "leased", "done", "dead", "cancelled")
+BAND = 10**12
+
+
+@dataclass
+class Task:
+    tid: str
+    payload: Any
+    state: str = "waiting"
+    deliveries: int = 0  # the stream's delivery count: part of every lease token
+    attempts: int = 0  # deliveries that count against max_attempts (since the last requeue)
+    consumer: str | None = None
+    token: str | None = None
+    expiry: int = 0
+    due: int = 0
+    dead_id: str | None = None
+
+
+@dataclass
+class Request:
+    rid: str
+    priority: int
+    tenant: str
+    concurrency: int
+    max_attempts: int
+    lease_ms: int
+    backoff_ms: int
+    backoff_max_ms: int
+    state: str = "open"
+    tasks: dict[str, Task] = field(default_factory=dict)
+    completions: int = 0
+    reopens: int = 0
+
+    def count(self, state: str) -> int:
+        return sum(1 for t in self.tasks.values() if t.state == state)
+
+    def of_state(self, state: str) -> list[Task]:
+        return [t for t in self.tasks.values() if t.state == state]
+
+    @property
+    def eligible(self) -> bool:
+        return (
+            self.state in RUNNABLE
+            and self.count("waiting") > 0
+            and self.count("leased") < self.concurrency
+        )
+
+    @property
+    def free(self) -> int:
+        """Tasks a dequeue may lease from this request right now."""
+        if not self.eligible:
+            return 0
+        return min(self.concurrency - self.count("leased"), self.count("waiting"))
+
+    def maybe_complete(self) -> None:
+        if self.state not in ("active", "cancelling"):
+            return
+        if any(t.state in ("waiting", "leased", "delayed") for t in self.tasks.values()):
+            return
+        if self.state == "cancelling":
+            self.state = "cancelled"
+        else:
+            self.state = "failed" if self.count("dead") else "done"
+        self.completions += 1
+
+
+class QueueModel:
+    """What one queue must hold: every request and task, and the cumulative counters."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.requests: dict[str, Request] = {}
+        self.stats: Counter[str] = Counter()
+        self.old_tokens: set[str] = set()  # leases that stopped being valid
+        self.dead_ids: dict[str, tuple[str, str]] = {}  # every dead letter id ever: (rid, tid)
+        self.events_after = "-"
+        self.events: Counter[tuple[str, str]] = Counter()  # (type, request) -> count
+        self.completed_states: dict[str, str] = {}  # request -> state of its last completion
+        self.idle: dict[str, int] = {}  # idle registrations "<consumer>|<lease_ms>" -> when
+        self.handed: dict[str, list[str]] = {}  # consumer -> leases in its handoff list
+        self.handed_ever: set[str] = set()
+
+    # -- lookups ------------------------------------------------------------------------
+
+    def leased(self) -> list[tuple[Request, Task]]:
+        return [(r, t) for r in self.requests.values() for t in r.tasks.values()
+                if t.state == "leased"]
+
+    def holder(self, token: str) -> tuple[Request, Task] | None:
+        for r, t in self.leased():
+            if t.token == token:
+                return r, t
+        return None
+
+    def valid(self, token: str, now: int) -> tuple[Request, Task] | None:
+        """The task a lease token holds, if the lease is held and not expired."""
+        found = self.holder(token)
+        if found and found[1].expiry >= now:
+            return found
+        return None
+
+    def slots(self) -> set[tuple[int, str]]:
+        return {(r.priority, r.tenant) for r in self.requests.values()}
+
+    # -- transitions --------------------------------------------------------------------
+
+    def _unlease(self, t: Task) -> None:
+        assert t.token is not None
+        self.old_tokens.add(t.token)
+        t.token, t.consumer, t.expiry = None, None, 0
+
+    def promote(self, now: int) -> None:
+        """Retries whose backoff is over are waiting again (every dequeue/ack call does this)."""
+        for r in self.requests.values():
+            for t in r.of_state("delayed"):
+                if t.due <= now:
+                    t.state, t.due = "waiting", 0
+
+    def lease(self, r: Request, t: Task, consumer: str, now: int, lease_ms: int = 0) -> None:
+        assert t.state == "waiting", f"{r.rid}/{t.tid} handed out while {t.state}"
+        assert r.eligible, f"{r.rid} served while not eligible ({r.state})"
+        t.state, t.consumer, t.expiry = "leased", consumer, now + (lease_ms or r.lease_ms)
+        t.deliveries += 1
+        t.attempts += 1
+        t.token = f"{r.rid}/{t.tid}/{t.deliveries}"
+
+    def ack(self, token: str, now: int) -> bool:
+        found = self.valid(token, now)
+        if not found:
+            return False
+        r, t = found
+        self._unlease(t)
+        t.state = "done"
+        self.stats["done"] += 1
+        r.maybe_complete()
+        return True
+
+    def to_dead(self, r: Request, t: Task, dead_id: str) -> None:
+        t.state, t.dead_id = "dead", dead_id
+        self.dead_ids[dead_id] = (r.rid, t.tid)
+        self.stats["failed"] += 1
+
+    def end_lease(self, r: Request, t: Task, outcome: str, *, counts: bool = True,
+                  due: int = 0, dead_id: str | None = None) -> None:
+        """A lease ends without success: outcome waiting, delayed, dead or cancelled. A lease
+        that does not count (release, operator release) gives its attempt back."""
+        self._unlease(t)
+        if not counts:
+            t.attempts -= 1
+        if outcome == "dead":
+            assert dead_id is not None
+            self.to_dead(r, t, dead_id)
+        else:
+            t.state, t.due = outcome, due
+        r.maybe_complete()
+
+    def fail_plan(self, r: Request, t: Task, retry: bool) -> tuple[str, int]:
+        """(outcome kind, base backoff ms) for a failure of a held lease."""
+        if r.state == "cancelling":
+            return "cancelled", 0
+        if not retry or t.attempts >= r.max_attempts:
+            return "dead", 0
+        return "retry", min(r.backoff_ms * 2 ** (t.attempts - 1), r.backoff_max_ms)
+
+    def reap_plan(self, now: int) -> dict[str, tuple[Request, Task, str]]:
+        """token -> (request, task, outcome) for every lease past its expiry."""
+        out = {}
+        for r, t in self.leased():
+            if t.expiry < now:
+                assert t.token is not None
+                if r.state == "cancelling":
+                    outcome = "cancelled"
+                elif t.attempts >= r.max_attempts:
+                    outcome = "dead"
+                else:
+                    outcome = "waiting"
+                out[t.token] = (r, t, outcome)
+        return out
+
+    def cancel(self, r: Request) -> tuple[str, int, int]:
+        if r.state not in RUNNABLE:
+            return r.state, 0, r.count("leased")
+        dropped = 0
+        for t in r.tasks.values():
+            if t.state in ("waiting", "delayed"):
+                t.state, t.due = "cancelled", 0
+                dropped += 1
+        r.state = "cancelling"
+        r.maybe_complete()
+        return r.state, dropped, r.count("leased")
+
+    def revive(self, r: Request, t: Task) -> bool:
+        if t.state != "dead" or r.state in ("cancelling", "cancelled"):
+            return False
+        t.state, t.attempts, t.dead_id = "waiting", 0, None
+        self.stats["failed"] -= 1
+        if r.state == "failed":
+            r.state = "active"
+            r.reopens += 1
+        return True
+
+
+# -- the truth, read back from Redis ----------------------------------------------------
+
+
+def _sid(s: str) -> tuple[int, int]:
+    ms, seq = s.split("-")
+    return int(ms), int(seq)
+
+
+def deadmap_key(q: Queue, rid: str) -> str:
+    return f"{q.keys.base}req:{rid}:dead"
+
+
+def true_task_states(
+    entries: list[str], last_delivered: str, pel: list[dict[str, Any]]
+) -> dict[str, tuple[str, str | None, int]]:
+    """tid -> (state, consumer, deliveries), from a request's stream and consumer group.
+
+    Retired tasks (done, or cancelled before delivery: behind the group's cursor, unacked by
+    nobody) are reported as "gone"."""
+    out: dict[str, tuple[str, str | None, int]] = {}
+    parked = {"~waiting": "waiting", "~delayed": "delayed", "~dead": "dead"}
+    for p in pel:
+        tid, who, n = p["message_id"], p["consumer"], int(p["times_delivered"])
+        assert tid not in out, f"{tid} twice in the PEL"
+        assert tid in entries, f"pending entry {tid} is not in the stream"
+        out[tid] = (parked[who], None, n) if who in parked else ("leased", who, n)
+    for tid in entries:
+        if tid not in out:
+            undelivered = _sid(tid) > _sid(last_delivered)
+            out[tid] = ("waiting", None, 0) if undelivered else ("gone", None, 0)
+    return out
+
+
+def check_queue(q: Queue, m: QueueModel) -> list[str]:
+    """Compare Redis with the model; every difference is an AssertionError. Returns the ids
+    of finished requests (the caller asks `wait()` about them)."""
+    r: redis.Redis = q.redis
+    k = q.keys
+    reqs = list(m.requests.values())
+    slots = sorted(m.slots())
+    pipe = r.pipeline(transaction=False)
+    pipe.zrange(k.leases, 0, -1, withscores=True)
+    pipe.zrange(k.delayed, 0, -1, withscores=True)
+    pipe.hgetall(k.stats)
+    pipe.zrange(k.ready, 0, -1, withscores=True)
+    pipe.xrange(k.dead)
+    pipe.xrange(k.events, min=m.events_after)
+    for s in STATES:
+        pipe.zrange(k.state_index(s), 0, -1)
+    for prio, tenant in slots:
+        pipe.zrange(k.tenant_ready(prio, tenant), 0, -1)
+    for req in reqs:
+        pipe.hgetall(k.request(req.rid))
+        pipe.exists(k.tasks(req.rid))
+        pipe.hgetall(deadmap_key(q, req.rid))
+    res = iter(pipe.execute())
+    leases, delayed, stats, ready, dead, events = (next(res) for _ in range(6))
+    state_index = {s: set(next(res)) for s in STATES}
+    tenant_ready = {slot: set(next(res)) for slot in slots}
+    per_req = [(req, next(res), next(res), next(res)) for req in reqs]
+
+    pipe = r.pipeline(transaction=False)
+    streamed = [req for req, _, exists, _ in per_req if exists]
+    for req in streamed:
+        sk = k.tasks(req.rid)
+        pipe.xrange(sk)
+        pipe.xinfo_groups(sk)
+        pipe.xpending_range(sk, "g", "-", "+", 10_000)
+    res = iter(pipe.execute())
+    streams = {req.rid: (next(res), next(res), next(res)) for req in streamed}
+
+    # Lease and retry indexes: exactly the leased and delayed tasks, with their times.
+    want_leases = {t.token: t.expiry for _, t in m.leased()}
+    assert {mem: int(s) for mem, s in leases} == want_leases, "leases index"
+    want_delayed = {f"{req.rid}/{t.tid}": t.due for req in reqs for t in req.of_state("delayed")}
+    assert {mem: int(s) for mem, s in delayed} == want_delayed, "delayed index"
+
+    # Dead letter stream: exactly the dead tasks.
+    want_dead = {t.dead_id: (req.rid, t.tid) for req in reqs for t in req.of_state("dead")}
+    assert {eid: (f["request"], f["task"]) for eid, f in dead} == want_dead, "dead letters"
+
+    for req, h, exists, deadmap in per_req:
+        rid = req.rid
+        assert h, f"request hash {rid} vanished"
+        assert h["state"] == req.state, f"{rid}: state {h['state']}, model {req.state}"
+        assert (int(h["priority"]), h["tenant"], int(h["concurrency"])) == (
+            req.priority, req.tenant, req.concurrency)
+        if exists:
+            entries_raw, groups, pel = streams[rid]
+            entries = [eid for eid, _ in entries_raw]
+            [group] = [g for g in groups if g["name"] == "g"]
+            truth = true_task_states(entries, group["last-delivered-id"], pel)
+        else:
+            truth = {}
+        assert set(truth) <= set(req.tasks), f"{rid}: unknown entries {set(truth) - set(req.tasks)}"
+        for tid, t in req.tasks.items():
+            state, consumer, deliveries = truth.get(tid, ("gone", None, 0))
+            where = f"task {rid}/{tid}"
+            if state == "gone":
+                assert t.state in ("done", "cancelled"), f"{where} gone from Redis, model {t.state}"
+                continue
+            assert state == t.state, f"{where}: Redis says {state}, model {t.state}"
+            assert deliveries == t.deliveries, f"{where}: delivered {deliveries}, {t.deliveries}"
+            if state == "leased":
+                assert consumer == t.consumer, f"{where}: held by {consumer}, model {t.consumer}"
+            if state == "dead":
+                assert deadmap.get(tid) == t.dead_id, f"{where}: dead letter id"
+        if not exists:
+            assert req.state in TERMINAL, f"{rid}: stream gone while {req.state}"
+            assert req.count("dead") == 0, f"{rid}: stream gone with dead letters"
+
+        held = sum(1 for state, _, _ in truth.values() if state == "leased")
+        assert held <= req.concurrency, f"{rid}: {held} leased, concurrency {req.concurrency}"
+        counts = {s: req.count(s) for s in TASK_STATES}
+        counters = {f: int(h[f]) for f in
+                    ("waiting", "retry", "leased", "delayed", "done", "dead", "cancelled", "total")}
+        want = {**{s: counts[s] for s in TASK_STATES}, "total": len(req.tasks),
+                "retry": sum(1 for t in req.of_state("waiting") if t.deliveries)}
+        assert counters == want, f"{rid}: counters {counters}, model {want}"
+        assert counters["total"] == sum(counters[s] for s in TASK_STATES), f"{rid}: total"
+
+    # Per-priority waiting totals and cumulative counters.
+    for prio in {req.priority for req in reqs}:
+        want_w = sum(req.count("waiting") for req in reqs if req.priority == prio)
+        assert int(stats.get(f"w:{prio}", 0)) == want_w, f"stats w:{prio}"
+    assert int(stats.get("submitted", 0)) == sum(len(req.tasks) for req in reqs), "submitted"
+    assert int(stats.get("done", 0)) == m.stats["done"], "stats done"
+    assert int(stats.get("failed", 0)) == m.stats["failed"], "stats failed"
+    assert int(stats.get("retried", 0)) == m.stats["retried"], "stats retried"
+
+    # Ready index: exactly the eligible requests, in their tenant slot, slots in their band.
+    for prio, tenant in slots:
+        want_r = {req.rid for req in reqs
+                  if (req.priority, req.tenant) == (prio, tenant) and req.eligible}
+        assert tenant_ready[(prio, tenant)] == want_r, f"ready requests of {prio}:{tenant}"
+    ready_slots = {mem: float(s) for mem, s in ready}
+    assert set(ready_slots) == {f"{p}:{t}" for (p, t), v in tenant_ready.items() if v}, "ready"
+    for mem, score in ready_slots.items():
+        assert int(score // BAND) == 99 - int(mem.split(":")[0]), f"ready band of {mem}"
+
+    for s in STATES:
+        assert state_index[s] == {req.rid for req in reqs if req.state == s}, f"state:{s}"
+
+    # Completion once: one "completed" event per completion, reopened ones complete again.
+    for eid, f in events:
+        m.events_after = f"({eid}"
+        m.events[(f["type"], f["request"])] += 1
+        assert f["type"] != "inconsistent", f"engine reported inconsistent counters: {f}"
+        if f["type"] == "completed":
+            m.completed_states[f["request"]] = f["state"]
+    finished = []
+    for req in reqs:
+        done = m.events[("completed", req.rid)]
+        reopened = m.events[("reopened", req.rid)]
+        assert (done, reopened) == (req.completions, req.reopens), f"{req.rid}: completions"
+        assert done == reopened + (1 if req.state in TERMINAL else 0), f"{req.rid}: completed"
+        if req.state in TERMINAL:
+            assert m.completed_states[req.rid] == req.state, f"{req.rid}: completed as"
+            finished.append(req.rid)
+    return finished
+
+
+def payloads_of(entries: list[tuple[str, dict[str, str]]]) -> list[tuple[str, Any]]:
+    return [(eid, json.loads(f["p"])) for eid, f in entries]
