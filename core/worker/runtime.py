@@ -246,6 +246,7 @@ class Worker:
                 if handed is None:
                     continue
                 queue, got = handed
+                self._unreserve(-len(got))  # in flight like any leased task
             if queue is None:
                 continue  # Redis error: retry after the backoff
             started = time.perf_counter()

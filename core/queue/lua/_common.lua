@@ -247,7 +247,11 @@ local function dispatch_idle()
   if not DISPATCH then return end
   DISPATCH = false
   for _ = 1, HANDOFF_MAX do
-    if redis.call('EXISTS', K_READY) == 0 then return end
+    if redis.call('EXISTS', K_READY) == 0 then
+      -- All handed over: a wake-up token left now would only wake a worker for nothing.
+      redis.call('DEL', K_WAKE)
+      return
+    end
     local top = redis.call('ZPOPMAX', K_IDLE)
     if #top == 0 then return end
     if tonumber(top[2]) >= NOW - HANDOFF_FRESH_MS then
