@@ -118,6 +118,12 @@ local function bump_waiting_stat(h, d)
   if d ~= 0 then redis.call('HINCRBY', K_STATS, 'w:' .. h.priority, d) end
 end
 
+-- Attempts a task has used: deliveries, less those that did not count (releases, claims).
+local function attempts_of(rid, tid, deliveries)
+  local rel = tonumber(redis.call('HGET', rel_key(rid), tid) or '0')
+  return deliveries - rel
+end
+
 -- Lease up to n tasks of request h to consumer: parked retries first (XCLAIM from
 -- "~waiting"), then new entries (XREADGROUP). Appends lease, attempt, payload, handler,
 -- lease_ms per task to `out`, updates the counters, and returns how many it leased.
@@ -145,8 +151,7 @@ local function lease_tasks(h, consumer, n, lease_ms, out)
     for _, e in ipairs(parked) do
       local tid, deliv = e[1], tonumber(e[4]) + 1
       local c = redis.call('XCLAIM', sk, GROUP, consumer, 0, tid)
-      local rel = tonumber(redis.call('HGET', rel_key(h.id), tid) or '0')
-      lease_out(tid, deliv, deliv - rel, c[1][2][2])
+      lease_out(tid, deliv, attempts_of(h.id, tid, deliv), c[1][2][2])
       from_retry = from_retry + 1
     end
   end
@@ -306,10 +311,6 @@ local function pending_info(rid, tid)
   return tonumber(p[1][4]), p[1][2]
 end
 
-local function attempts_of(rid, tid, deliveries)
-  local rel = tonumber(redis.call('HGET', rel_key(rid), tid) or '0')
-  return deliveries - rel
-end
 
 -- Move a pending entry to a pseudo-consumer without counting a delivery.
 local function park(rid, tid, who)
