@@ -110,7 +110,10 @@ def test_sigkilled_workers_lose_nothing_and_never_exceed_a_requests_concurrency(
     assert duplicates <= kills
     assert r.lrange(over_key, 0, -1) == []
     assert all(top[rid] <= c for rid, c in concurrency.items()), top
-    assert any(top[rid] == c > 1 for rid, c in concurrency.items()), "the probe saw no overlap"
+    # The probe must be able to see tasks of one request run at once, or the check above
+    # could not fail. (Whether a request reaches its exact limit depends on scheduling:
+    # 4 workers share 20 requests.)
+    assert max(top.values()) > 1, "the probe saw no overlap"
     assert all(r.scard(chaos_keys(k, rid)[0]) == 0 for rid in concurrency)
     assert introspect.dead_letters(q) == []
     kinds = {f["type"] for _, f in r.xrange(q.keys.events)}
