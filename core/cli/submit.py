@@ -10,7 +10,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-import orjson
 from django.core.management.base import CommandError
 from rich.console import Console
 from rich.progress import (
@@ -208,14 +207,13 @@ def wait_for(
 
 
 def _too_large(exc: PayloadTooLarge, sourced: list[Sourced], limit: int) -> str:
-    for where, task in sourced:
-        size = len(orjson.dumps(task))  # as the engine encodes it
-        if size > limit:
-            return (
-                f"{where}: the task is {size} bytes; a task may hold at most {limit}. "
-                "Put the data somewhere shared (a file, an object store) and submit a reference."
-            )
-    return f"submit: {exc}"
+    if not 0 <= exc.index < len(sourced):
+        return f"submit: {exc}"
+    return (
+        f"{sourced[exc.index][0]}: the task is {exc.size} bytes; a task may hold at most "
+        f"{limit}. Put the data somewhere shared (a file, an object store) and submit a "
+        "reference."
+    )
 
 
 def _clip(text: str, width: int = 60) -> str:

@@ -131,7 +131,8 @@ class Queue:
             if len(text) > limit:
                 raise PayloadTooLarge(
                     f"task {i} payload is {len(text)} bytes; the limit is {limit}. "
-                    "Put the data somewhere shared and send a reference to it."
+                    "Put the data somewhere shared and send a reference to it.",
+                    index=i, size=len(text),
                 )
         return out
 

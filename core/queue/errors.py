@@ -12,7 +12,12 @@ class InvalidInput(QueueError, ValueError):
 
 
 class PayloadTooLarge(InvalidInput):
-    """A task payload is larger than the queue's limit."""
+    """A task payload is larger than the queue's limit; `index` is its place in the batch."""
+
+    def __init__(self, message: str, *, index: int = -1, size: int = 0) -> None:
+        super().__init__(message)
+        self.index = index
+        self.size = size
 
 
 class UnknownRequest(QueueError, LookupError):

@@ -334,10 +334,10 @@ class Worker:
         for i, ctx in enumerate(ctxs):
             if self.stopping.is_set():
                 # Prefetched tasks not started yet go back at once, not counted as attempts.
-                self._finish(q, ctxs[i:], lambda toks: q.release(toks))
+                self._finish(q, ctxs[i:], q.release)
                 return
             if ctx.cancelled:
-                self._finish(q, [ctx], lambda toks: q.release(toks))
+                self._finish(q, [ctx], q.release)
                 continue
             self._run_one(q, ctx, acks)
 
@@ -353,7 +353,7 @@ class Worker:
         except Cancelled:
             log.info("task stopped: request cancelled queue=%s request=%s task=%s worker=%s",
                      q.name, ctx.request_id, ctx.task_id, self.name)
-            self._finish(q, [ctx], lambda toks: q.release(toks))
+            self._finish(q, [ctx], q.release)
         except Exception as exc:
             self._fail(q, ctx, f"{type(exc).__name__}: {exc}", traceback.format_exc(), retry=True)
         else:
