@@ -183,7 +183,7 @@ def test_a_retried_large_submit_resumes_where_the_first_attempt_stopped(
     queue: Queue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from core.queue import RedisUnavailable
-    from core.queue.client import SUBMIT_BATCH
+    from core.queue.produce import SUBMIT_BATCH
 
     tasks = list(range(SUBMIT_BATCH * 2 + 5))
     real_add = Queue._add

@@ -8,7 +8,7 @@ from typing import Any
 
 import redis
 
-from .client import Queue, _translated
+from .client import Queue, translated
 from .keys import validate_id
 from .models import STATES, DeadLetter, PendingEntry, RequestInfo, WorkerInfo
 
@@ -49,7 +49,7 @@ def stats(q: Queue, *, worker_timeout_ms: int = 15_000) -> QueueStats:
     """Depths (waiting per priority, leased, delayed, dead), requests per state, live workers."""
     k = q.keys
     now = q.now_ms()
-    with _translated("stats"):
+    with translated("stats"):
         pipe = _r(q).pipeline(transaction=False)
         pipe.hgetall(k.stats).zcard(k.leases).zcard(k.delayed).xlen(k.dead)
         for s in STATES:
@@ -75,7 +75,7 @@ def stats(q: Queue, *, worker_timeout_ms: int = 15_000) -> QueueStats:
 def request(q: Queue, request_id: str) -> RequestInfo | None:
     """One request's metadata and counters, or None if unknown."""
     rid = validate_id(request_id, "request id")
-    with _translated("request"):
+    with translated("request"):
         h = _r(q).hgetall(q.keys.request(rid))
     return RequestInfo.from_hash(rid, h) if h else None
 
@@ -87,7 +87,7 @@ def requests(
     if state not in STATES:
         raise ValueError(f"unknown state {state!r}; one of {', '.join(STATES)}")
     top = "+inf" if after is None else f"({after}"
-    with _translated("requests"):
+    with translated("requests"):
         rows = _r(q).zrange(
             q.keys.state_index(state),
             top,
@@ -113,7 +113,7 @@ def pending(q: Queue, request_id: str, *, after: str = "-", count: int = 50) -> 
     parked ones (consumer "~waiting", "~delayed" or "~dead")."""
     rid = validate_id(request_id, "request id")
     start = after if after == "-" else f"({after}"
-    with _translated("pending"):
+    with translated("pending"):
         try:
             rows = _r(q).xpending_range(q.keys.tasks(rid), "g", start, "+", count)
         except redis.ResponseError as exc:
@@ -139,14 +139,14 @@ def pending(q: Queue, request_id: str, *, after: str = "-", count: int = 50) -> 
 def dead_letters(q: Queue, *, before: str | None = None, count: int = 50) -> list[DeadLetter]:
     """A page of dead letters, newest first; pass the last id as `before` for the next."""
     top = "+" if before is None else f"({before}"
-    with _translated("dead_letters"):
+    with translated("dead_letters"):
         rows = _r(q).xrevrange(q.keys.dead, top, "-", count=count)
     return [DeadLetter.from_entry(eid, f) for eid, f in rows]
 
 
 def workers(q: Queue) -> list[WorkerInfo]:
     """Registered workers, most recent heartbeat first."""
-    with _translated("workers"):
+    with translated("workers"):
         rows = _r(q).zrange(q.keys.workers, 0, -1, desc=True, withscores=True)
         pipe = _r(q).pipeline(transaction=False)
         for name, _ in rows:
@@ -160,7 +160,7 @@ def workers(q: Queue) -> list[WorkerInfo]:
 
 def drained(q: Queue) -> bool:
     """True when nothing in the queue is waiting, delayed or leased."""
-    with _translated("drained"):
+    with translated("drained"):
         stats, leased, delayed = (
             _r(q).pipeline(transaction=False)
             .hgetall(q.keys.stats).zcard(q.keys.leases).zcard(q.keys.delayed).execute()

@@ -1,0 +1,98 @@
+"""What every part of the queue client shares: the Redis client, the scripts, the clock, and
+the translation of Redis errors into the engine's exceptions."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import orjson
+import redis
+
+from .errors import InvalidInput, QueueError, RedisUnavailable
+from .keys import QueueKeys
+from .models import Lease
+from .scripts import SCRIPT_NAMES, source
+
+MAX_PAYLOAD_BYTES = 64 * 1024
+
+
+def int_in(value: object, name: str, low: int, high: int | None = None) -> int:
+    """`value` if it is an int (not a bool) within [low, high], else InvalidInput naming it."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInput(f"{name} must be an integer, got {value!r}")
+    if value < low or (high is not None and value > high):
+        bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
+        raise InvalidInput(f"{name} must be {bounds}, got {value}")
+    return value
+
+
+@contextmanager
+def translated(op: str) -> Iterator[None]:
+    """Redis errors leave the engine as QueueError subclasses, with the cause chained."""
+    try:
+        yield
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        raise RedisUnavailable(f"{op}: Redis is unreachable ({exc})") from exc
+    except redis.ResponseError as exc:
+        raise QueueError(f"{op}: Redis refused the operation ({exc})") from exc
+
+
+class QueueBase:
+    """One named queue on one Redis (or Redis Cluster: all its keys share one hash tag)."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        name: str = "default",
+        *,
+        prefix: str = "qa",
+        max_payload_bytes: int = MAX_PAYLOAD_BYTES,
+        clock: Callable[[], int] | None = None,
+    ) -> None:
+        if not client.get_connection_kwargs().get("decode_responses"):
+            raise InvalidInput("the Redis client must be made with decode_responses=True")
+        self.redis: Any = client
+        self.name = name
+        self.keys = QueueKeys(prefix, name)
+        self.max_payload_bytes = max_payload_bytes
+        # None: scripts read the Redis server's clock, so hosts with skewed clocks agree.
+        self._clock = clock
+        self._qkeys = self.keys.script_keys
+        self._scripts = {n: client.register_script(source(n)) for n in SCRIPT_NAMES}
+
+    @classmethod
+    def from_url(cls, url: str, name: str = "default", **kwargs: Any) -> Any:
+        """A queue on the Redis at `url` (redis://, rediss:// or unix://)."""
+        client = redis.Redis.from_url(url, decode_responses=True)
+        return cls(client, name, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<Queue {self.keys.base!r}>"
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def _now(self) -> int:
+        return self._clock() if self._clock else 0
+
+    def now_ms(self) -> int:
+        """The time scripts use: the injected clock, else the Redis server's."""
+        if self._clock:
+            return self._clock()
+        with translated("time"):
+            sec, usec = self.redis.time()
+        return int(sec) * 1000 + int(usec) // 1000
+
+    def _run(self, name: str, args: Sequence[Any], extra_keys: Sequence[str] = ()) -> Any:
+        with translated(name):
+            return self._scripts[name](keys=[*self._qkeys, *extra_keys], args=args)
+
+
+def leases_from_reply(flat: list[Any]) -> list[Lease]:
+    """Leases from a script's flat reply: lease, attempt, payload, handler, lease_ms each."""
+    loads = orjson.loads
+    return [
+        Lease(flat[i], int(flat[i + 1]), loads(flat[i + 2]), flat[i + 3], int(flat[i + 4]))
+        for i in range(0, len(flat), 5)
+    ]

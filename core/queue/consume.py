@@ -1,0 +1,187 @@
+"""Consuming: lease tasks, acknowledge, fail, renew and release them; idle handoff; the
+worker registry."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from .base import QueueBase, int_in, leases_from_reply, translated
+from .errors import LeaseLost
+from .keys import validate_id
+from .models import FailOutcome, Lease, Reaped
+
+
+class Consumer(QueueBase):
+    """Leases and finishes tasks; registers workers."""
+
+    def ack_and_dequeue(
+        self,
+        consumer: str,
+        count: int,
+        acks: Sequence[str] = (),
+        *,
+        lease_ms: int = 0,
+        idle_handoff: bool = False,
+    ) -> tuple[list[bool], list[Lease], int]:
+        """Acknowledge `acks`, then lease up to `count` tasks: one round trip.
+
+        `lease_ms` (0: each request's own) is how long the leases last unless renewed. With
+        `idle_handoff`, a call that leases nothing registers the consumer as idle: work that
+        arrives while nothing else waits is then leased to it at once and pushed to its
+        handoff list, which wait_for_any(..., consumer=...) returns (the consumer must then
+        block there, and call leave_idle() when it stops).
+        Returns (accepted flag per ack, new leases, ms until the next delayed task is due or
+        -1; the last only when nothing was leased).
+        """
+        reply = self._run(
+            "dequeue", [self._now(), consumer, count, lease_ms, 1 if idle_handoff else 0, *acks]
+        )
+        return [r == 1 for r in reply[0]], leases_from_reply(reply[2]), int(reply[1])
+
+    def dequeue(self, consumer: str, count: int = 1) -> list[Lease]:
+        """Lease up to `count` tasks to `consumer` (highest priority first, fair within)."""
+        validate_id(consumer, "consumer name")
+        return self.ack_and_dequeue(consumer, int_in(count, "count", 1, 1000))[1]
+
+    def ack(self, lease: Lease | str) -> None:
+        """Mark a leased task done; raises LeaseLost if the lease is no longer held."""
+        token = lease.lease if isinstance(lease, Lease) else lease
+        if not self.ack_and_dequeue("-", 0, [token])[0][0]:
+            raise LeaseLost(f"lease {token} is no longer held")
+
+    def ack_many(self, leases: Sequence[Lease | str]) -> list[bool]:
+        """Mark several tasks done; returns, per lease, whether it was still held."""
+        tokens = [x.lease if isinstance(x, Lease) else x for x in leases]
+        out: list[bool] = []
+        for i in range(0, len(tokens), 1000):  # Lua's unpack() has a limit
+            out += self.ack_and_dequeue("-", 0, tokens[i : i + 1000])[0]
+        return out
+
+    def fail(
+        self,
+        lease: Lease | str,
+        error: str,
+        traceback: str = "",
+        *,
+        worker: str = "",
+        retry: bool = True,
+    ) -> FailOutcome:
+        """A task failed: retry it after a backoff, or dead-letter it when out of attempts."""
+        token = lease.lease if isinstance(lease, Lease) else lease
+        reply = self._run(
+            "fail",
+            [self._now(), token, error, traceback, worker, random.random(), 1 if retry else 0],
+        )
+        if isinstance(reply, int):
+            raise LeaseLost(f"lease {token} is no longer held")
+        return FailOutcome(reply[1], int(reply[2]), int(reply[3]))
+
+    def extend(self, leases: Sequence[Lease | str], lease_ms: int = 0) -> list[int]:
+        """Renew leases; per lease 1 renewed, 2 renewed but cancelled (stop it), -1 lost."""
+        tokens = [x.lease if isinstance(x, Lease) else x for x in leases]
+        if not tokens:
+            return []
+        return [int(r) for r in self._run("extend", [self._now(), lease_ms, "", 0, "", *tokens])]
+
+    def release(self, leases: Sequence[Lease | str]) -> list[int]:
+        """Give leases back unfinished, not counted as an attempt.
+
+        Per lease: 1 back to waiting, 2 dropped (request cancelled), -1 not held.
+        """
+        tokens = [x.lease if isinstance(x, Lease) else x for x in leases]
+        if not tokens:
+            return []
+        return [int(r) for r in self._run("release", [self._now(), *tokens])]
+
+    def reap(self, limit: int = 1000) -> list[Reaped]:
+        """Return expired leases to waiting (or dead letters when out of attempts)."""
+        flat = self._run("reap", [self._now(), limit])
+        return [Reaped(*flat[i : i + 4]) for i in range(0, len(flat), 4)]
+
+    def wait_for_work(self, timeout: float) -> bool:
+        """Block until a producer signals new work or `timeout` seconds pass."""
+        with translated("wait_for_work"):
+            return self.redis.blpop([self.keys.wake], timeout=max(timeout, 0.001)) is not None
+
+    def heartbeat(
+        self,
+        worker: str,
+        info: dict[str, Any],
+        leases: Sequence[Lease | str] = (),
+        *,
+        ttl_ms: int = 60_000,
+        lease_ms: int = 0,
+    ) -> list[int]:
+        """Record that `worker` lives (with `info`) and renew its leases, in one round trip.
+
+        `lease_ms` (0: each request's own) is the renewed lease length. Returns per lease
+        what extend() returns.
+        """
+        validate_id(worker, "worker name")
+        tokens = [x.lease if isinstance(x, Lease) else x for x in leases]
+        reply = self._run(
+            "extend",
+            [self._now(), lease_ms, worker, ttl_ms, orjson.dumps(info, default=str), *tokens],
+        )
+        return [int(r) for r in reply]
+
+    def try_reaper_lock(self, worker: str, ttl_ms: int) -> bool:
+        """Take the queue's reaper lock for `ttl_ms` unless another worker holds it."""
+        with translated("reaper lock"):
+            return bool(self.redis.set(self.keys.reaper_lock, worker, nx=True, px=ttl_ms))
+
+    def leave_idle(self, consumer: str, lease_ms: int = 0) -> list[Lease]:
+        """Stop being offered handoffs; returns tasks already handed over and not taken, which
+        the caller must run or release."""
+        with translated("leave_idle"):
+            self.redis.zrem(self.keys.idle, f"{consumer}|{lease_ms}")
+            # After the ZREM no script can push here any more, so this drains it for good.
+            items, _ = (
+                self.redis.pipeline(transaction=True)
+                .lrange(self.keys.handoff(consumer), 0, -1)
+                .delete(self.keys.handoff(consumer))
+                .execute()
+            )
+        return [lease for item in items for lease in leases_from_reply(orjson.loads(item))]
+
+    def unregister(self, worker: str) -> None:
+        """Remove a worker from the registry (on clean exit)."""
+        with translated("unregister"):
+            self.redis.pipeline(transaction=False).zrem(self.keys.workers, worker).delete(
+                self.keys.worker(worker)
+            ).execute()
+
+
+def wait_for_any(
+    queues: Sequence[Consumer], timeout: float, consumer: str | None = None
+) -> tuple[Consumer, list[Lease]] | None:
+    """Block until any queue has work or `timeout` seconds pass (None).
+
+    Returns (queue, tasks handed to `consumer`) after a handoff, or (queue, []) after a plain
+    wake-up, when the caller should dequeue. One BLPOP over every list where the queues share
+    one server; on a cluster their keys live in different slots, so each gets a share of the
+    time instead.
+    """
+    client = queues[0].redis
+    if len(queues) > 1 and (
+        hasattr(client, "nodes_manager") or any(q.redis is not client for q in queues)
+    ):
+        share = max(timeout / len(queues), 0.01)
+        for q in queues:
+            if (got := wait_for_any([q], share, consumer)) is not None:
+                return got
+        return None
+    lists: dict[str, tuple[Consumer, bool]] = {}
+    if consumer is not None:
+        lists |= {q.keys.handoff(consumer): (q, True) for q in queues}
+    lists |= {q.keys.wake: (q, False) for q in queues}
+    with translated("wait_for_work"):
+        reply = client.blpop(list(lists), timeout=max(timeout, 0.001))
+    if reply is None:
+        return None
+    q, handed = lists[reply[0]]
+    return q, leases_from_reply(orjson.loads(reply[1])) if handed else []
