@@ -60,7 +60,6 @@ def test_ack_after_lease_expiry_is_refused_even_before_the_reaper_runs(
     clock.advance(1001)
     with pytest.raises(LeaseLost):
         queue.ack(lease)
-    assert queue.extend([lease]) == [-1]
     reaped = queue.reap()
     assert [(r.request_id, r.worker, r.outcome) for r in reaped] == [("r", "w", "waiting")]
     again = queue.dequeue("w", 1)[0]
@@ -69,6 +68,30 @@ def test_ack_after_lease_expiry_is_refused_even_before_the_reaper_runs(
         queue.ack(lease)
     queue.ack(again)
     assert queue.state("r") == "done"
+
+
+def test_an_expired_lease_nothing_reaped_yet_is_renewed_not_run_twice(
+    queue: Queue, clock: FakeClock
+) -> None:
+    # Redis away (or the worker paused) longer than the lease: the first heartbeat after it
+    # renews the lease instead of letting the reaper hand the running task to another worker.
+    queue.submit([1], request_id="r", lease_ms=1000)
+    lease = queue.dequeue("w", 1)[0]
+    clock.advance(5000)
+    assert queue.extend([lease]) == [1]
+    assert queue.reap() == []
+    assert queue.dequeue("w2", 1) == []
+    queue.ack(lease)
+    assert queue.state("r") == "done"
+    assert queue.extend([lease]) == [-1]  # acked: gone for good
+
+
+def test_a_reaped_lease_is_not_renewed(queue: Queue, clock: FakeClock) -> None:
+    queue.submit([1], request_id="r", lease_ms=1000)
+    lease = queue.dequeue("w", 1)[0]
+    clock.advance(1001)
+    assert len(queue.reap()) == 1
+    assert queue.extend([lease]) == [-1]
 
 
 def test_extension_keeps_a_slow_task_from_being_reaped(queue: Queue, clock: FakeClock) -> None:

@@ -3,6 +3,9 @@ handoff list, saving the wake-up and dequeue round trips; never at the cost of p
 
 from __future__ import annotations
 
+import threading
+from typing import Any
+
 import redis
 
 from core.queue import Queue, introspect
@@ -101,3 +104,101 @@ def test_retries_promoted_by_a_dequeue_go_to_it_first_then_to_idle_workers(
     [handed] = queue.leave_idle("w2", 5000)  # the other went to the idle worker
     assert {mine.task_id, handed.task_id} == {lease.task_id for lease in [mine, handed]}
     assert (mine.attempt, handed.attempt) == (2, 2)
+
+
+# -- issue 6: handoff beside a wake-up token, due retries by priority -------------------
+
+
+def test_an_idle_worker_blocked_on_both_lists_gets_its_handed_task_not_a_token(
+    queue: Queue, redis_client: redis.Redis, wait_until: Any
+) -> None:
+    """Was: the script pushed a wake-up token before handing the task over, so the blocked
+    worker's BLPOP returned the token; it dequeued a second task of the request and left the
+    handed one on its list, unrenewed, until it was reaped and later run twice."""
+    go_idle(queue, "w1")
+    woken: list[Any] = []
+    blocked = threading.Thread(target=lambda: woken.append(wait_for_any([queue], 5.0, "w1")))
+    blocked.start()
+    wait_until(lambda: any(c.get("cmd") == "blpop" for c in redis_client.client_list()),
+               what="the worker to block")
+    queue.submit([{"seconds": 12}] * 4, request_id="r", concurrency=2)  # work is left over
+    blocked.join(5)
+    assert woken and woken[0] is not None and len(woken[0][1]) == 1, woken
+    assert redis_client.llen(queue.keys.wake) == 1  # the rest is for another worker
+
+
+def test_a_handed_task_left_on_the_list_comes_back_with_the_next_dequeue_renewed(
+    queue: Queue, redis_client: redis.Redis, clock: FakeClock
+) -> None:
+    go_idle(queue, "w1", lease_ms=2000)
+    queue.submit([1, 2], request_id="r", concurrency=1)
+    assert redis_client.llen(queue.keys.handoff("w1")) == 1
+    clock.advance(1500)
+    # The worker was woken by something else and dequeues: its handed task comes first,
+    # renewed from now, and no second task of this concurrency-1 request is leased.
+    _, leases, _ = queue.ack_and_dequeue("w1", 4, lease_ms=2000, idle_handoff=True)
+    assert [x.payload for x in leases] == [1]
+    assert redis_client.llen(queue.keys.handoff("w1")) == 0
+    [entry] = introspect.pending(queue, "r")
+    assert entry.lease_expires_ms == clock.now + 2000
+    clock.advance(1999)
+    assert queue.reap() == []
+    queue.ack(leases[0])
+
+
+def test_a_handed_task_reaped_before_pickup_is_not_delivered(
+    queue: Queue, redis_client: redis.Redis, clock: FakeClock
+) -> None:
+    go_idle(queue, "w1", lease_ms=1000)
+    queue.submit([1], request_id="r", concurrency=1)
+    clock.advance(1001)
+    assert [r.outcome for r in queue.reap()] == ["waiting"]
+    _, leases, _ = queue.ack_and_dequeue("w1", 1, lease_ms=1000, idle_handoff=True)
+    assert [x.attempt for x in leases] == [2]  # the redelivery, not the reaped lease
+
+
+def test_many_due_low_priority_retries_never_pass_over_a_due_high_one(
+    queue: Queue, clock: FakeClock
+) -> None:
+    """Was: 100 due retries promoted per call, earliest first, whatever their priority."""
+    queue.submit(list(range(150)), request_id="low", priority=10, backoff_ms=100,
+                 backoff_max_ms=100)
+    for lease in queue.dequeue("w", 150):
+        queue.fail(lease, "flaky")
+    clock.advance(60)
+    queue.submit(["hi"], request_id="high", priority=90, backoff_ms=100, backoff_max_ms=100)
+    [hi] = queue.dequeue("w", 1)
+    assert hi.request_id == "high"
+    queue.fail(hi, "flaky")
+    clock.advance(200)  # all due; the high one last
+    order = [x.request_id for x in queue.dequeue("w", 1)]
+    assert order == ["high"]
+
+
+def test_promotion_stops_at_a_priority_with_more_due_than_one_call_promotes(
+    queue: Queue, clock: FakeClock
+) -> None:
+    queue.submit(list(range(130)), request_id="mid", priority=50, backoff_ms=10,
+                 backoff_max_ms=10)
+    for lease in queue.dequeue("w", 130):
+        queue.fail(lease, "flaky")
+    queue.submit(["low"], request_id="low", priority=10)
+    clock.advance(20)
+    got = queue.dequeue("w", 200)
+    # 100 of "mid" promoted; "low" must wait while 30 due "mid" retries are not yet promoted.
+    assert {x.request_id for x in got} == {"mid"}
+    got += queue.dequeue("w", 200)
+    assert [x.request_id for x in got].count("mid") == 130
+    assert got[-1].request_id == "low"
+
+
+def test_the_idle_handoff_promotes_due_retries_first(queue: Queue, clock: FakeClock) -> None:
+    """Was: a handoff never promoted due retries, so new low-priority work went to the idle
+    worker while a high-priority retry was due."""
+    queue.submit(["hi"], request_id="high", priority=90, backoff_ms=100, backoff_max_ms=100)
+    queue.fail(queue.dequeue("w", 1)[0], "flaky")
+    go_idle(queue, "w1")
+    clock.advance(200)  # the retry is due; w1's registration is still fresh
+    queue.submit(["low"], request_id="low", priority=10)
+    assert [x.request_id for x in queue.leave_idle("w1", 5000)] == ["high"]
+    assert [x.request_id for x in queue.dequeue("w2", 2)] == ["low"]

@@ -22,6 +22,9 @@
 --   <p>:{Q}:idle                 zset   idle workers "<consumer>|<lease_ms>" -> when they
 --                                       found nothing (registered by dequeue on request)
 --   <p>:{Q}:handoff:<consumer>   list   tasks handed straight to that idle worker
+--   <p>:{Q}:delayed:<prio>       zset   the delayed tasks of one priority "<rid>/<task>" -> due
+--                                       (KEYS[3] holds them all; these order promotion)
+--   <p>:{Q}:dprio                zset   priorities that have delayed tasks -> 99 - prio
 --
 -- Pseudo-consumers of a request's group hold the parked entries of its PEL:
 --   "~waiting" (back to waiting after a lease expired, a release or a requeue),
@@ -58,6 +61,9 @@ local K_IDLE = PREFIX .. 'idle'
 local function handoff_key(consumer) return PREFIX .. 'handoff:' .. consumer end
 local HANDOFF_FRESH_MS = 1500  -- an idle registration older than this is not trusted
 local HANDOFF_MAX = 16  -- idle workers served by one call; the rest wake up and dequeue
+local K_DPRIO = PREFIX .. 'dprio'
+local function delayed_key(prio) return K_DELAYED .. ':' .. prio end
+local PROMOTE_MAX = 100  -- due retries promoted per priority level by one call
 
 local NUMERIC = {'priority', 'concurrency', 'total', 'waiting', 'retry', 'leased', 'delayed',
                  'done', 'dead', 'cancelled', 'max_attempts', 'lease_ms', 'retention_ms',
@@ -194,7 +200,6 @@ local function sync_ready(h)
       if not redis.call('ZSCORE', K_READY, slot) then
         redis.call('ZADD', K_READY, (99 - h.priority) * BAND + next_seq(), slot)
       end
-      wake()
       DISPATCH = true
     end
   elseif redis.call('ZREM', tk, h.id) == 1 and redis.call('EXISTS', tk) == 0 then
@@ -202,17 +207,22 @@ local function sync_ready(h)
   end
 end
 
+local promote_due  -- defined at the end (it needs to_waiting); take_ready() calls it
+
 -- Lease up to `want` tasks to consumer from the ready index, as dequeue does: the head of
 -- `ready` (highest priority band, least recently served tenant) gives a tenant slot, the head
 -- of that tenant's zset the least recently served request, and up to
 -- min(wanted, concurrency - leased, waiting) of its tasks are leased; request and tenant then
 -- go to the back of their rotations. lease_ms 0 = each request's own.
 local function take_ready(consumer, want, lease_override, out)
+  local floor = promote_due()
   local got = 0
   while got < want do
     local top = redis.call('ZRANGE', K_READY, 0, 0)
     if #top == 0 then break end
     local slot = top[1]
+    local prio = tonumber(string.match(slot, '^(%d+):'))
+    if prio < floor then break end
     local tk = tenant_key(slot)
     local head = redis.call('ZRANGE', tk, 0, 0)
     local h = nil
@@ -233,7 +243,6 @@ local function take_ready(consumer, want, lease_override, out)
       redis.call('ZREM', tk, head[1])
     end
     if redis.call('EXISTS', tk) == 1 then
-      local prio = tonumber(string.match(slot, '^(%d+):'))
       redis.call('ZADD', K_READY, 'XX', (99 - prio) * BAND + next_seq(), slot)
     else
       redis.call('ZREM', K_READY, slot)
@@ -242,23 +251,22 @@ local function take_ready(consumer, want, lease_override, out)
   return got
 end
 
--- Called last by every script that can make work eligible: if it did, hand one task each to
+-- Called last by every script that can make work eligible: promotes due retries, then, if any
+-- work became eligible, hands one task each to
 -- idle workers that registered recently, taken from the ready index exactly as a dequeue
 -- would (so by priority), and pushed to their handoff lists, which they block on. Saves them
 -- the wake-up and dequeue round trips. Done at the end, not as each request becomes
 -- eligible, so that a higher-priority request made eligible later in the same script is
--- not passed over.
+-- not passed over. Then a wake-up token only if work is left: one pushed before a handoff
+-- would reach the idle worker's BLPOP first and leave its handed task unclaimed.
 local function dispatch_idle()
+  promote_due()
   if not DISPATCH then return end
   DISPATCH = false
   for _ = 1, HANDOFF_MAX do
-    if redis.call('EXISTS', K_READY) == 0 then
-      -- All handed over: a wake-up token left now would only wake a worker for nothing.
-      redis.call('DEL', K_WAKE)
-      return
-    end
+    if redis.call('EXISTS', K_READY) == 0 then break end
     local top = redis.call('ZPOPMAX', K_IDLE)
-    if #top == 0 then return end
+    if #top == 0 then break end
     if tonumber(top[2]) >= NOW - HANDOFF_FRESH_MS then
       local consumer, lease_ms = string.match(top[1], '^(.+)|(%d+)$')
       local out = {}
@@ -268,6 +276,11 @@ local function dispatch_idle()
         redis.call('PEXPIRE', hk, 10 * math.max(tonumber(out[5]), 1000))
       end
     end
+  end
+  if redis.call('EXISTS', K_READY) == 1 then
+    wake()
+  else
+    redis.call('DEL', K_WAKE)  -- all handed over: a token would wake a worker for nothing
   end
 end
 
@@ -344,4 +357,56 @@ local function to_waiting(h, tid)
   park(h.id, tid, '~waiting')
   bump(h, {waiting = 1, retry = 1})
   bump_waiting_stat(h, 1)
+end
+
+-- A task waits out its retry backoff: in the queue-wide due index (next due time, counts) and
+-- in its priority's, which promote_due() walks from the highest priority down.
+local function delay_task(h, rid, tid, due)
+  local m = rid .. '/' .. tid
+  redis.call('ZADD', K_DELAYED, due, m)
+  redis.call('ZADD', delayed_key(h.priority), due, m)
+  redis.call('ZADD', K_DPRIO, 99 - h.priority, h.priority)
+end
+
+local function undelay_task(h, rid, tid)
+  local m = rid .. '/' .. tid
+  redis.call('ZREM', K_DELAYED, m)
+  local dk = delayed_key(h.priority)
+  if redis.call('ZREM', dk, m) == 1 and redis.call('EXISTS', dk) == 0 then
+    redis.call('ZREM', K_DPRIO, h.priority)
+  end
+end
+
+-- Retries whose backoff is over go back to waiting, highest priority first, at most
+-- PROMOTE_MAX per priority. Returns the priority floor for this call: when a level had more
+-- due than that, nothing below it may be leased until they are promoted (-1: no floor), so a
+-- due retry is never passed over by a lower priority however many there are. Runs once per
+-- script (dispatch_idle() or the first take_ready(), whichever comes first).
+local PROMOTED, FLOOR = false, -1
+promote_due = function()
+  if PROMOTED then return FLOOR end
+  PROMOTED = true
+  local first = redis.call('ZRANGE', K_DELAYED, 0, 0, 'WITHSCORES')
+  if #first == 0 or tonumber(first[2]) > NOW then return FLOOR end
+  for _, p in ipairs(redis.call('ZRANGE', K_DPRIO, 0, -1)) do
+    local dk = delayed_key(p)
+    local due = redis.call('ZRANGEBYSCORE', dk, '-inf', NOW, 'LIMIT', 0, PROMOTE_MAX)
+    for _, m in ipairs(due) do
+      local rid, tid = string.match(m, '^([^/]+)/([^/]+)$')
+      redis.call('ZREM', K_DELAYED, m)
+      redis.call('ZREM', dk, m)
+      local h = load_req(rid)
+      if h then
+        bump(h, {delayed = -1})
+        to_waiting(h, tid)
+        sync_ready(h)
+      end
+    end
+    if redis.call('EXISTS', dk) == 0 then redis.call('ZREM', K_DPRIO, p) end
+    if #due == PROMOTE_MAX then
+      FLOOR = tonumber(p)
+      break
+    end
+  end
+  return FLOOR
 end

@@ -6,7 +6,7 @@ none is leased any more: at once if none is. Cancelling a finished request chang
 KEYS[1..8] queue-level keys (see _common.lua)
 KEYS[9]    <p>:{Q}:req:<rid>         request hash
 KEYS[10]   <p>:{Q}:req:<rid>:tasks   task stream
-Derived:   req:<rid>:rel|dead, tr:<prio>:<tenant>, state:<state>, done:<rid>
+Derived:   req:<rid>:rel|dead, tr:<prio>:<tenant>, state:<state>, done:<rid>, delayed:<prio>, dprio
 
 ARGV[1] rid   ARGV[2] now (ms)
 
@@ -31,7 +31,7 @@ for _, who in ipairs({'~waiting', '~delayed'}) do
     local ids = {}
     for i, e in ipairs(p) do
       ids[i] = e[1]
-      if who == '~delayed' then redis.call('ZREM', K_DELAYED, rid .. '/' .. e[1]) end
+      if who == '~delayed' then undelay_task(h, rid, e[1]) end
     end
     redis.call('XACK', sk, GROUP, unpack(ids))
     redis.call('XDEL', sk, unpack(ids))

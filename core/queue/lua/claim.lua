@@ -6,7 +6,7 @@ Neither move counts as an attempt.
 KEYS[1..8] queue-level keys (see _common.lua)
 KEYS[9]    <p>:{Q}:req:<rid>         request hash
 KEYS[10]   <p>:{Q}:req:<rid>:tasks   task stream
-Derived:   req:<rid>:rel, tr:<prio>:<tenant>, state:<state>, done:<rid>
+Derived:   req:<rid>:rel, tr:<prio>:<tenant>, state:<state>, done:<rid>, delayed:<prio>, dprio
 
 ARGV[1] rid   ARGV[2] now (ms)   ARGV[3] task id   ARGV[4] consumer ("" = release)
 

@@ -7,14 +7,15 @@ Ack: a lease "<rid>/<task>/<delivery>" is accepted only while it is held: presen
 with an expiry not yet past. An ack of an expired, reaped, claimed or already acked lease is
 refused and changes nothing, so a task is counted done once.
 
-Dequeue: first due retries are promoted from `delayed`; then take_ready() (_common.lua)
-leases up to `count` tasks by priority and rotation: parked retries first (XCLAIM from
+Dequeue: tasks handed to this consumer but not yet picked up come first; then take_ready()
+(_common.lua) promotes due retries (highest priority first) and leases up to `count` tasks
+by priority and rotation: parked retries first (XCLAIM from
 "~waiting"), then new entries (XREADGROUP). Work left over goes to idle workers
 (dispatch_idle()).
 
 KEYS[1..8] queue-level keys (see _common.lua)
 Derived:   req:<rid>, req:<rid>:tasks, req:<rid>:rel, tr:<prio>:<tenant>, state:<state>,
-           done:<rid>, idle, handoff:<consumer> (see _common.lua)
+           done:<rid>, idle, handoff:<consumer>, delayed:<prio>, dprio (see _common.lua)
 
 ARGV[1] now (ms)   ARGV[2] consumer   ARGV[3] count
 ARGV[4] lease_ms (0 = each request's own; a worker passes how soon it must be presumed dead)
@@ -79,21 +80,29 @@ if #ARGV >= 6 then
   end
 end
 
--- Promote retries whose backoff is over.
-local due = redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', now, 'LIMIT', 0, 100)
-for _, m in ipairs(due) do
-  redis.call('ZREM', K_DELAYED, m)
-  local rid, tid = string.match(m, '^([^/]+)/([^/]+)$')
-  local h = load_req(rid)
-  if h then
-    bump(h, {delayed = -1})
-    to_waiting(h, tid)
-    sync_ready(h)
+-- Tasks already handed to this consumer that it has not picked up (its BLPOP returned
+-- something else): delivered here, renewed, so none waits unrenewed on the list.
+local out = {}
+local got = 0
+if idle_member then
+  local hk = handoff_key(consumer)
+  local items = redis.call('LRANGE', hk, 0, -1)
+  if #items > 0 then
+    redis.call('DEL', hk)
+    for _, item in ipairs(items) do
+      local t = cjson.decode(item)
+      for i = 1, #t, 5 do
+        local score = redis.call('ZSCORE', K_LEASES, t[i])
+        if score then  -- not reaped, claimed or released meanwhile
+          redis.call('ZADD', K_LEASES, 'XX', now + tonumber(t[i + 4]), t[i])
+          for j = i, i + 4 do out[#out + 1] = t[j] end
+          got = got + 1
+        end
+      end
+    end
   end
 end
-
-local out = {}
-local got = take_ready(consumer, want, lease_override, out)
+got = got + take_ready(consumer, math.max(want - got, 0), lease_override, out)
 
 local next_due = -1
 if got > 0 then

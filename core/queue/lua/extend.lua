@@ -8,8 +8,10 @@ ARGV[1] now (ms)   ARGV[2] lease_ms (0 = each request's own lease time)
 ARGV[3] worker name ("" = renew leases only)   ARGV[4] registry entry ttl (ms)
 ARGV[5] worker info (JSON text)                ARGV[6..] leases
 
+A lease past its expiry that nothing has reaped, claimed or acked yet is renewed too.
+
 Returns one integer per lease: 1 renewed, 2 renewed but its request is being cancelled
-(the worker should stop the task and release it), -1 not held (expired, reaped, claimed or
+(the worker should stop the task and release it), -1 not held (reaped, claimed, released or
 finished: the worker must not ack it).
 --]]
 --@include common
@@ -26,7 +28,10 @@ for i = 6, #ARGV do
   local lease = ARGV[i]
   local rid = split_lease(lease)
   local score = redis.call('ZSCORE', K_LEASES, lease)
-  if not rid or not score or tonumber(score) < now then
+  -- Still in `leases` means nothing reaped, claimed, released or acked it: renew it even if
+  -- it expired (Redis was away or this worker was paused longer than its lease), rather than
+  -- let the reaper hand a task that is still running to another worker.
+  if not rid or not score then
     out[#out + 1] = -1
   else
     local r = redis.call('HMGET', req_key(rid), 'state', 'lease_ms')

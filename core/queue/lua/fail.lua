@@ -4,7 +4,7 @@ dead-letter the task once it has used `max_attempts` (or at once when retry is r
 A task of a cancelled request is not retried: it is counted cancelled.
 
 KEYS[1..8] queue-level keys (see _common.lua)
-Derived:   req:<rid>, req:<rid>:tasks|rel|dead, tr:<prio>:<tenant>, state:<state>, done:<rid>
+Derived:   req:<rid>, req:<rid>:tasks|rel|dead, tr:<prio>:<tenant>, state:<state>, done:<rid>, delayed:<prio>, dprio
 
 ARGV[1] now (ms)  ARGV[2] lease  ARGV[3] error text  ARGV[4] traceback  ARGV[5] worker
 ARGV[6] jitter in [0, 1)  ARGV[7] retry allowed (1|0)
@@ -38,7 +38,7 @@ else
     outcome = 'waiting'
   else
     park(rid, tid, '~delayed')
-    redis.call('ZADD', K_DELAYED, now + delay, rid .. '/' .. tid)
+    delay_task(h, rid, tid, now + delay)
     bump(h, {delayed = 1})
     outcome = 'delayed'
   end

@@ -3,7 +3,7 @@ task has used its attempts (the expired delivery counts as one). Tasks of a canc
 are dropped as cancelled. Each recovery is an event naming the worker that held the lease.
 
 KEYS[1..8] queue-level keys (see _common.lua)
-Derived:   req:<rid>, req:<rid>:tasks|rel|dead, tr:<prio>:<tenant>, state:<state>, done:<rid>
+Derived:   req:<rid>, req:<rid>:tasks|rel|dead, tr:<prio>:<tenant>, state:<state>, done:<rid>, delayed:<prio>, dprio
 
 ARGV[1] now (ms)   ARGV[2] at most this many leases
 

@@ -2,7 +2,7 @@
 stopped because its request was cancelled). A release is not counted as an attempt.
 
 KEYS[1..8] queue-level keys (see _common.lua)
-Derived:   req:<rid>, req:<rid>:tasks|rel, tr:<prio>:<tenant>, state:<state>, done:<rid>
+Derived:   req:<rid>, req:<rid>:tasks|rel, tr:<prio>:<tenant>, state:<state>, done:<rid>, delayed:<prio>, dprio
 
 ARGV[1] now (ms)   ARGV[2..] leases
 

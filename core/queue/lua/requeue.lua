@@ -7,7 +7,7 @@ Two forms:
 
 KEYS[1..8] queue-level keys (see _common.lua)
 KEYS[9], KEYS[10] request hash and task stream (form "request" only)
-Derived:   req:<rid>, req:<rid>:tasks|rel|dead, tr:<prio>:<tenant>, state:<state>
+Derived:   req:<rid>, req:<rid>:tasks|rel|dead, tr:<prio>:<tenant>, state:<state>, delayed:<prio>, dprio
 
 ARGV[1] now (ms)
 

@@ -6,7 +6,7 @@ is returned (a producer may retry a submit whose reply it lost).
 KEYS[1..8] queue-level keys (see _common.lua)
 KEYS[9]    <p>:{Q}:req:<rid>         request hash
 KEYS[10]   <p>:{Q}:req:<rid>:tasks   task stream (group "g" created here)
-Derived:   tr:<prio>:<tenant>, state:open|active|done, done:<rid> (see _common.lua)
+Derived:   tr:<prio>:<tenant>, state:open|active|done, done:<rid>, delayed:<prio>, dprio (see _common.lua)
 
 ARGV[1]  rid          ARGV[2]  now (ms)      ARGV[3]  priority (0-99)
 ARGV[4]  concurrency  ARGV[5]  tenant        ARGV[6]  handler
