@@ -82,3 +82,19 @@ def tracked(payload: dict[str, Any], ctx: TaskContext) -> None:
 def pause(payload: dict[str, Any], ctx: TaskContext) -> None:
     """Payload {"ms": M}: a short piece of work that needs nothing from Redis."""
     time.sleep(payload["ms"] / 1000)
+
+
+@handler("gil_sleep")
+def gil_sleep(payload: dict[str, Any], ctx: TaskContext) -> None:
+    """Payload {"k": key base, "seconds": S}: logs "start <task> <attempt> <worker>", then
+    blocks S seconds in native code that keeps the GIL (libc sleep through ctypes.PyDLL, which
+    does not release it), like a C extension that never lets go; then logs "end ...". No
+    thread of this process runs meanwhile."""
+    import ctypes
+    import ctypes.util
+
+    r = ctx.queue.redis
+    r.rpush(f"{payload['k']}:log", f"start {ctx.task_id} {ctx.attempt} {ctx.worker}")
+    libc = ctypes.PyDLL(ctypes.util.find_library("c"))
+    libc.sleep(int(payload["seconds"]))
+    r.rpush(f"{payload['k']}:log", f"end {ctx.task_id} {ctx.attempt} {ctx.worker}")

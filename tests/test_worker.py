@@ -205,7 +205,7 @@ def test_a_redis_outage_in_the_heartbeat_is_logged_once_not_as_a_stream_of_trace
         # As a worker with --dead-after 6 builds it: beat every 1.2 s, reap every 1 s, so
         # the reap at 1 s is the first call to meet the outage.
         hb = Heartbeat(worker="w", queues=[q], held=Held(), lease_ms=6000, interval=1.2,
-                       reap_interval=1.0, info=dict, outage=outage)
+                       reap_interval=1.0, info=dict, outage=outage, process=False)
         caplog.set_level(logging.INFO, logger="queueadmin.worker")
         hb.start()
         # The first round beats, takes the reaper lock (1 s) and reaps; once the lock is
@@ -243,7 +243,7 @@ def test_the_heartbeat_backs_off_while_redis_is_down(
                           prefix=prefix)
         outage = Outage()
         hb = Heartbeat(worker="w", queues=[q], held=Held(), lease_ms=2000, interval=0.4,
-                       reap_interval=1.0, info=dict, outage=outage)
+                       reap_interval=1.0, info=dict, outage=outage, process=False)
         hb.start()
         wait_until(lambda: q.beats, 5, "the first beat")
         server.stop(sig=signal.SIGKILL)

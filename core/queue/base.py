@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 import redis
 
-from .errors import InvalidInput, QueueError, RedisUnavailable
+from .errors import InvalidInput, RedisReplyError, RedisUnavailable
 from .keys import QueueKeys
 from .models import Lease
 from .scripts import SCRIPT_NAMES, source
@@ -36,7 +36,7 @@ def translated(op: str) -> Iterator[None]:
     except (redis.ConnectionError, redis.TimeoutError) as exc:
         raise RedisUnavailable(f"{op}: Redis is unreachable ({exc})") from exc
     except redis.ResponseError as exc:
-        raise QueueError(f"{op}: Redis refused the operation ({exc})") from exc
+        raise RedisReplyError(f"{op}: Redis refused the operation ({exc})") from exc
 
 
 class QueueBase:
@@ -75,6 +75,11 @@ class QueueBase:
 
     def _now(self) -> int:
         return self._clock() if self._clock else 0
+
+    @property
+    def has_injected_clock(self) -> bool:
+        """True when scripts run on the caller's clock (tests), not the Redis server's."""
+        return self._clock is not None
 
     def now_ms(self) -> int:
         """The time scripts use: the injected clock, else the Redis server's."""

@@ -44,6 +44,11 @@ class TotalMismatch(QueueError):
     """A resumed add found the request's total moved: someone else appended meanwhile."""
 
 
+class RedisReplyError(QueueError):
+    """Redis answered with an error (BUSY running another client's script, LOADING, OOM, a
+    cluster failover...). Usually passing: workers back off and carry on."""
+
+
 class RedisUnavailable(QueueError, ConnectionError):
     """Redis could not be reached or answered with an error."""
 

@@ -1,7 +1,9 @@
-"""What a handler sees of its task, and how it learns that the task's request was cancelled."""
+"""What a handler sees of its task, and how it learns that it must stop: the request was
+cancelled, the lease was taken away, or the task ran past its hard time limit."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from core.queue import Lease, Queue
@@ -12,18 +14,41 @@ class Cancelled(Exception):
     releases the task without counting a failure."""
 
 
+class LeaseGone(Exception):
+    """Raised by TaskContext.check() when this run no longer holds its lease (reaped, claimed
+    or released by an operator): another run may already have the task, so this one stops.
+    The worker neither acks nor fails it."""
+
+
+class TimeLimitExceeded(Exception):
+    """Raised by TaskContext.check() once the task has run past its hard time limit. The task
+    has already been failed (retried or dead-lettered) by the heartbeat."""
+
+
+# A lease known to be held until `valid_until` (monotonic seconds) is trusted without asking
+# Redis until this long before then: covers clock-rate differences between hosts.
+LEASE_MARGIN_S = 0.05
+
+
 class TaskContext:
-    """One running (or prefetched) task. The heartbeat thread sets `cancelled` and `lost`."""
+    """One running (or prefetched) task. The heartbeat sets `cancelled`, `lost`, `timed_out`
+    and `valid_until`; the slot sets `deadline` when the task starts."""
 
-    __slots__ = ("cancelled", "finished", "lease", "lost", "queue", "worker")
+    __slots__ = ("cancelled", "deadline", "finished", "lease", "lost", "queue", "timed_out",
+                 "valid_until", "worker")
 
-    def __init__(self, lease: Lease, queue: Queue, worker: str) -> None:
+    def __init__(self, lease: Lease, queue: Queue, worker: str, valid_until: float = 0.0) -> None:
         self.lease = lease
         self.queue = queue
         self.worker = worker
         self.cancelled = False  # the request is being cancelled: stop at the next checkpoint
         self.lost = False  # the lease is no longer ours: an ack would be refused
+        self.timed_out = False  # past the hard time limit: already failed by the heartbeat
         self.finished = False  # the handler returned; its ack is on its way
+        # Monotonic time until which the lease is certainly held: the time the request that
+        # leased (or last renewed) it was sent, plus the lease length.
+        self.valid_until = valid_until
+        self.deadline: float | None = None  # monotonic hard time limit, if any
 
     @property
     def payload(self) -> Any:
@@ -41,10 +66,40 @@ class TaskContext:
     def attempt(self) -> int:
         return self.lease.attempt
 
+    def renewed(self, sent_at: float, lease_ms: int) -> None:
+        """A renewal sent at `sent_at` (monotonic) was accepted."""
+        self.valid_until = max(self.valid_until, sent_at + lease_ms / 1000)
+
+    def trusted(self) -> bool:
+        """True while the lease is known to be held without asking Redis."""
+        return not self.lost and time.monotonic() < self.valid_until - LEASE_MARGIN_S
+
+    def confirm(self) -> bool:
+        """Is the lease still held? Asks Redis (and renews it) only when not already known."""
+        if self.lost:
+            return False
+        if self.trusted():
+            return True
+        sent = time.monotonic()
+        [result] = self.queue.extend([self.lease.lease], self.lease.lease_ms)
+        if result == -1:
+            self.lost = True
+            return False
+        if result == 2:
+            self.cancelled = True
+        self.renewed(sent, self.lease.lease_ms)
+        return True
+
     def check(self) -> None:
-        """A checkpoint for long handlers: raises Cancelled if the request was cancelled."""
+        """A checkpoint for long handlers: raises Cancelled if the request was cancelled,
+        LeaseGone if the lease was taken away, TimeLimitExceeded past the time limit."""
         if self.cancelled:
             raise Cancelled(f"request {self.request_id} was cancelled")
+        if self.timed_out or (self.deadline is not None and time.monotonic() > self.deadline):
+            raise TimeLimitExceeded(f"task {self.task_id} ran past its time limit")
+        if not self.confirm():
+            raise LeaseGone(f"task {self.task_id} of request {self.request_id} is no longer "
+                            f"leased to worker {self.worker}")
 
     def __repr__(self) -> str:
         return f"<Task {self.queue.name}/{self.lease.lease} attempt={self.attempt}>"

@@ -1,5 +1,6 @@
-"""The heartbeat thread: renews the worker's leases and registry entry, tells running tasks
-that their request was cancelled, and runs the reaper (one worker at a time per queue)."""
+"""The heartbeat thread: has the worker's leases and registry entry renewed (by the beat
+process, see beat.py, or itself), tells running tasks that their request was cancelled or
+their lease lost, and runs the reaper (one worker at a time per queue)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from core.queue import Queue, RedisUnavailable
+from core.queue import Queue, RedisReplyError, RedisUnavailable
 
+from .beat import ProcessBeater, ThreadBeater
 from .held import Held
 from .outage import Outage
 
@@ -20,8 +22,8 @@ log = logging.getLogger("queueadmin.worker")
 
 
 class Heartbeat(threading.Thread):
-    """Beats every `interval` seconds; keeps running while handlers block in native code
-    (it only needs the GIL for a moment per beat)."""
+    """Beats every `interval` seconds. With `process=True` the renewals themselves run in a
+    child process, which goes on while a handler holds the interpreter in native code."""
 
     def __init__(
         self,
@@ -34,6 +36,7 @@ class Heartbeat(threading.Thread):
         reap_interval: float,
         info: Callable[[], dict[str, Any]],
         outage: Outage,
+        process: bool = True,
     ) -> None:
         super().__init__(name=f"heartbeat-{worker}", daemon=True)
         self.worker = worker
@@ -45,9 +48,21 @@ class Heartbeat(threading.Thread):
         self.info = info
         self.outage = outage
         self._stop_event = threading.Event()
+        common: dict[str, Any] = dict(worker=worker, queues=queues, lease_ms=lease_ms,
+                                      ttl_ms=max(60_000, lease_ms * 3), apply=self.apply,
+                                      on_timeout=self.on_timeout)
+        self.beater: ThreadBeater | ProcessBeater = (
+            ProcessBeater(interval=interval, outage=outage, **common) if process
+            else ThreadBeater(**common)
+        )
+
+    def start(self) -> None:
+        self.beater.start()
+        super().start()
 
     def stop(self) -> None:
         self._stop_event.set()
+        self.beater.stop()
 
     def run(self) -> None:
         next_beat = next_reap = 0.0
@@ -55,14 +70,14 @@ class Heartbeat(threading.Thread):
             now = time.monotonic()
             try:
                 if now >= next_beat:
-                    self.beat()
+                    self.beater.beat(self.held.snapshot(), self.info())
                     next_beat = now + self.interval
                 if now >= next_reap:
                     self.reap()
                     next_reap = now + self.reap_interval
                 self.outage.recovered("heartbeat")
                 wait = min(next_beat, next_reap) - time.monotonic()
-            except RedisUnavailable as exc:
+            except (RedisUnavailable, RedisReplyError) as exc:
                 wait = self.outage.failed("heartbeat", exc)
                 next_beat = 0.0  # beat as soon as Redis answers again
             except Exception:  # a bug must not silently stop the heartbeat: log, keep beating
@@ -70,27 +85,33 @@ class Heartbeat(threading.Thread):
                 wait = self.interval
             self._stop_event.wait(max(0.01, wait))
 
-    def beat(self) -> None:
-        """Renew every held lease; flag tasks whose request is cancelled or whose lease is lost."""
-        held = self.held.snapshot()
-        info = self.info()
-        for q in self.queues:
-            ctxs = held.get(q.name, [])
-            results = q.heartbeat(
-                self.worker, info, [c.lease.lease for c in ctxs],
-                ttl_ms=max(60_000, self.lease_ms * 3), lease_ms=self.lease_ms,
-            )
-            for ctx, r in zip(ctxs, results, strict=True):
-                if r == 2 and not ctx.cancelled:
-                    ctx.cancelled = True
-                    log.info("task cancelled queue=%s request=%s task=%s worker=%s",
-                             q.name, ctx.request_id, ctx.task_id, self.worker)
-                elif r == -1 and not ctx.lost and not ctx.finished:
-                    # (A finished task's lease may have been acked since the snapshot.)
-                    ctx.lost = True
-                    log.warning("lease lost queue=%s request=%s task=%s worker=%s "
-                                "(it will run again elsewhere; this run's ack will be refused)",
-                                q.name, ctx.request_id, ctx.task_id, self.worker)
+    def apply(self, queue: str, token: str, result: int, sent_at: float) -> None:
+        """One renewal's answer: 1 renewed, 2 renewed but cancelled, -1 lease lost."""
+        ctx = self.held.get(queue, token)
+        if ctx is None:
+            return  # finished since
+        if result in (1, 2):
+            ctx.renewed(sent_at, self.lease_ms)
+        if result == 2 and not ctx.cancelled:
+            ctx.cancelled = True
+            log.info("task cancelled queue=%s request=%s task=%s worker=%s",
+                     queue, ctx.request_id, ctx.task_id, self.worker)
+        elif result == -1 and not ctx.lost and not ctx.finished:
+            # (A finished task's lease may have been acked since the snapshot.)
+            ctx.lost = True
+            log.warning("lease lost queue=%s request=%s task=%s worker=%s (reaped, claimed "
+                        "or released: the task runs elsewhere; this run stops at its next "
+                        "ctx.check() and its ack will be refused)",
+                        queue, ctx.request_id, ctx.task_id, self.worker)
+
+    def on_timeout(self, queue: str, token: str, outcome: str) -> None:
+        ctx = self.held.get(queue, token)
+        if ctx is not None:
+            ctx.timed_out = True
+        rid, tid, _ = token.split("/")
+        log.warning("task over its time limit queue=%s request=%s task=%s worker=%s -> %s "
+                    "(the run is abandoned; it stops at its next ctx.check())",
+                    queue, rid, tid, self.worker, outcome)
 
     def reap(self) -> None:
         """Recover expired leases; a lock per queue lets one worker do it at a time."""

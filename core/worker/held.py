@@ -28,6 +28,10 @@ class Held:
                 for token in tokens:
                     table.pop(token, None)
 
+    def get(self, queue: str, token: str) -> TaskContext | None:
+        with self._lock:
+            return self._by_queue.get(queue, {}).get(token)
+
     def snapshot(self) -> dict[str, list[TaskContext]]:
         with self._lock:
             return {q: list(t.values()) for q, t in self._by_queue.items() if t}

@@ -18,8 +18,9 @@ class Registry:
 
     def __init__(self) -> None:
         self._handlers: dict[str, Handler] = {}
+        self._limits: dict[str, float] = {}
 
-    def register(self, name: str, fn: Handler) -> Handler:
+    def register(self, name: str, fn: Handler, *, time_limit: float | None = None) -> Handler:
         validate_id(name, "handler name")
         existing = self._handlers.get(name)
         if existing is not None and existing is not fn:
@@ -28,15 +29,27 @@ class Registry:
                 f"handler {name!r} is registered twice: {first} and "
                 f"{fn.__module__}.{fn.__qualname__}"
             )
+        if time_limit is not None and not time_limit > 0:
+            raise ValueError(f"handler {name!r}: time_limit must be a positive number of seconds")
         self._handlers[name] = fn
+        if time_limit is not None:
+            self._limits[name] = time_limit
         return fn
 
-    def handler(self, name: str) -> Callable[[Handler], Handler]:
-        """Decorator: register the function under `name`."""
-        return lambda fn: self.register(name, fn)
+    def handler(
+        self, name: str, *, time_limit: float | None = None
+    ) -> Callable[[Handler], Handler]:
+        """Decorator: register the function under `name`. `time_limit` (seconds) is a hard
+        limit per run: past it the task is failed (retried or dead-lettered) and the run is
+        abandoned, overriding the worker's --time-limit."""
+        return lambda fn: self.register(name, fn, time_limit=time_limit)
 
     def get(self, name: str) -> Handler | None:
         return self._handlers.get(name)
+
+    def time_limit(self, name: str) -> float | None:
+        """The handler's own hard time limit, if it set one."""
+        return self._limits.get(name)
 
     def names(self) -> list[str]:
         return sorted(self._handlers)

@@ -20,13 +20,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.queue import Lease, LeaseLost, Queue, RedisUnavailable
+from core.queue import Lease, LeaseLost, Queue, RedisReplyError, RedisUnavailable
 from core.queue.client import wait_for_any
 from core.queue.introspect import drained
 from core.queue.keys import validate_id
 from core.queue.models import FailOutcome
 
-from .context import Cancelled, TaskContext
+from .acks import PendingAcks
+from .context import Cancelled, LeaseGone, TaskContext, TimeLimitExceeded
 from .heartbeat import Heartbeat, default_name
 from .held import Held
 from .outage import Outage
@@ -36,6 +37,9 @@ log = logging.getLogger("queueadmin.worker")
 
 FAST_BATCH_S = 0.002  # a batch this quick per task may grow
 SLOW_TASK_S = 0.05  # a task this slow sends the batch back to one
+# Redis unreachable or answering with an error for now: log once, back off, carry on.
+PASSING = (RedisUnavailable, RedisReplyError)
+ACK_FLUSH_S = 0.02  # a finished task's ack waits at most this long for the rest of its batch
 
 
 @dataclass
@@ -50,6 +54,8 @@ class WorkerConfig:
     burst: bool = False
     max_tasks: int | None = None
     idle_wait: float = 1.0
+    time_limit: float | None = None  # hard limit per task run (s); a handler's own wins
+    heartbeat: str = "process"  # "process": renewals survive a handler holding the GIL
 
     def __post_init__(self) -> None:
         validate_id(self.name, "worker name")
@@ -63,6 +69,10 @@ class WorkerConfig:
             raise ValueError("grace must not be negative")
         if self.max_tasks is not None and self.max_tasks < 1:
             raise ValueError("max_tasks must be at least 1")
+        if self.time_limit is not None and not self.time_limit > 0:
+            raise ValueError("time_limit must be a positive number of seconds")
+        if self.heartbeat not in ("process", "thread"):
+            raise ValueError("heartbeat must be 'process' or 'thread'")
 
     @property
     def lease_ms(self) -> int:
@@ -98,13 +108,16 @@ class Worker:
         self._grace_deadline: float | None = None
         # Finished tasks whose ack rides on the slot's next call; the main thread sends them
         # itself on a hard stop, so finished work is not released and run again.
-        self._acks: list[dict[str, list[str]]] = [
-            {q.name: [] for q in queues} for _ in range(self.config.slots)
-        ]
+        self._acks = [PendingAcks([q.name for q in queues]) for _ in range(self.config.slots)]
+        self._flusher = threading.Thread(target=self._flush_loop, name="ack-flusher", daemon=True)
+        self._flusher_done = threading.Event()
         self.heartbeat = Heartbeat(
             worker=self.name, queues=queues, held=self.held, lease_ms=self.config.lease_ms,
             interval=self.config.dead_after / 5, reap_interval=1.0, info=self._info,
             outage=self.outage,
+            # A queue on a test's injected clock cannot be renewed from another process.
+            process=self.config.heartbeat == "process"
+            and not any(q.has_injected_clock for q in queues),
         )
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -127,6 +140,7 @@ class Worker:
                  self.name, ",".join(q.name for q in self.queues), self.config.slots,
                  os.getpid(), self.config.dead_after, ",".join(self.registry.names()))
         self.heartbeat.start()
+        self._flusher.start()
         slots = [
             threading.Thread(target=self._slot, args=(i,), name=f"slot-{i}", daemon=True)
             for i in range(self.config.slots)
@@ -142,6 +156,8 @@ class Worker:
                 break
             for t in slots:
                 t.join(0.1)
+        self._flusher_done.set()
+        self._flusher.join(5)
         self._leave_idle()
         if self.hard_stop.is_set():
             self._release_all()
@@ -172,7 +188,7 @@ class Worker:
 
     def _release_all(self) -> None:
         for q in self.queues:
-            finished = [t for slot in self._acks for t in slot[q.name]]
+            finished = [t for pending in self._acks for t in pending.take(q.name)]
             if finished:
                 # If Redis is down, their leases expire and they run again: at-least-once.
                 with contextlib.suppress(RedisUnavailable):
@@ -213,44 +229,52 @@ class Worker:
             got: list[Lease] = []
             queue: Queue | None = None
             next_due = -1
+            sent = 0.0
+            failed = False
             for q in self.queues:
-                pending = acks[q.name]
+                pending = acks.take(q.name)
                 if not want and not pending:
                     continue
+                sent = time.monotonic()
                 try:
                     accepted, got, due = q.ack_and_dequeue(
                         self.name, want, pending, lease_ms=self.config.lease_ms,
                         idle_handoff=self._handoff and want > 0,
                     )
-                except RedisUnavailable as exc:
+                except PASSING as exc:
+                    # Unreachable, or an error reply (BUSY, LOADING, OOM...): log once, back
+                    # off, carry on. The heartbeat keeps the leases, the acks stay pending.
+                    acks.put_back(q.name, pending)
                     self._unreserve(want)
                     time.sleep(self.outage.failed(f"slot {slot}", exc))
+                    failed = True
                     break
                 self.outage.recovered(f"slot {slot}")
-                self._unreserve(want - len(got))
-                want = len(got)
                 self._settle(q, pending, accepted)
-                del pending[: len(accepted)]
                 if due >= 0:
                     next_due = due if next_due < 0 else min(next_due, due)
                 if got:
+                    self._unreserve(want - len(got))
                     queue = q
                     break
+                # Nothing here: ask the next queue for the same number.
             else:
+                self._unreserve(want)
                 if self.stopping.is_set():
                     return
                 if self.config.burst and self._drained():
                     log.info("burst: queues drained, slot %d done worker=%s", slot, self.name)
                     return
+                sent = time.monotonic()
                 handed = self._idle(next_due)
                 if handed is None:
                     continue
                 queue, got = handed
                 self._unreserve(-len(got))  # in flight like any leased task
-            if queue is None:
+            if failed or queue is None:
                 continue  # Redis error: retry after the backoff
             started = time.perf_counter()
-            self._run_batch(queue, got, acks[queue.name])
+            self._run_batch(queue, got, acks, sent)
             per_task = (time.perf_counter() - started) / len(got)
             if per_task < FAST_BATCH_S:
                 batch = min(batch * 2, self.config.prefetch)
@@ -303,7 +327,7 @@ class Worker:
             timeout = min(timeout, max(next_due_ms / 1000, 0.001))
         try:
             woken = wait_for_any(self.queues, timeout, self.name if self._handoff else None)
-        except RedisUnavailable as exc:
+        except PASSING as exc:
             time.sleep(self.outage.failed("idle wait", exc))
             return None
         if woken is None or not woken[1]:
@@ -325,12 +349,15 @@ class Worker:
     def _drained(self) -> bool:
         try:
             return all(drained(q) for q in self.queues)
-        except RedisUnavailable:
+        except PASSING:
             return False
 
-    def _run_batch(self, q: Queue, leases: list[Lease], acks: list[str]) -> None:
-        ctxs = [TaskContext(lease, q, self.name) for lease in leases]
+    def _run_batch(self, q: Queue, leases: list[Lease], acks: PendingAcks, sent: float) -> None:
+        """Run leased tasks in order. `sent`: when the call that leased them was sent (monotonic),
+        so each lease is known to be held until sent + its length, unless renewed since."""
+        ctxs = [TaskContext(lease, q, self.name, sent + lease.lease_ms / 1000) for lease in leases]
         self.held.add(q.name, ctxs)
+        self.heartbeat.beater.hold(q.name, ctxs)  # renewed from now on, whatever the handler does
         for i, ctx in enumerate(ctxs):
             if self.stopping.is_set():
                 # Prefetched tasks not started yet go back at once, not counted as attempts.
@@ -339,26 +366,71 @@ class Worker:
             if ctx.cancelled:
                 self._finish(q, [ctx], q.release)
                 continue
+            if not self._still_held(q, ctx):
+                continue
             self._run_one(q, ctx, acks)
 
-    def _run_one(self, q: Queue, ctx: TaskContext, acks: list[str]) -> None:
+    def _still_held(self, q: Queue, ctx: TaskContext) -> bool:
+        """Never start a run on a lease that may be gone (e.g. the worker was paused past it):
+        confirmed with Redis unless known to be held."""
+        try:
+            held = self._retrying(ctx.confirm)
+        except PASSING:
+            held = False
+        if not held:
+            log.warning("lease lost before the task started queue=%s request=%s task=%s "
+                        "worker=%s: not running it (it runs elsewhere)",
+                        q.name, ctx.request_id, ctx.task_id, self.name)
+            self.held.discard(q.name, [ctx.lease.lease])
+            self._done(ran=False)
+        return held
+
+    def _flush_loop(self) -> None:
+        """Send acks that waited more than ACK_FLUSH_S for their slot's next call."""
+        queues = {q.name: q for q in self.queues}
+        while not self._flusher_done.wait(ACK_FLUSH_S):
+            for pending in self._acks:
+                for name, tokens in pending.take_older_than(ACK_FLUSH_S).items():
+                    try:
+                        accepted = queues[name].ack_many(tokens)
+                    except PASSING:
+                        pending.put_back(name, tokens)  # the slot retries with its next call
+                        continue
+                    self._settle(queues[name], tokens, accepted)
+
+    def _run_one(self, q: Queue, ctx: TaskContext, acks: PendingAcks) -> None:
         lease = ctx.lease
         fn = self.registry.get(lease.handler)
         if fn is None:
             self._fail(q, ctx, f"no handler named {lease.handler!r} is registered in worker "
                        f"{self.name} (known: {', '.join(self.registry.names())})", "", retry=False)
             return
+        limit = self.registry.time_limit(lease.handler) or self.config.time_limit
+        if limit:
+            ctx.deadline = time.monotonic() + limit
+            self.heartbeat.beater.started(q.name, ctx, limit)
         try:
             fn(lease.payload, ctx)
         except Cancelled:
             log.info("task stopped: request cancelled queue=%s request=%s task=%s worker=%s",
                      q.name, ctx.request_id, ctx.task_id, self.name)
             self._finish(q, [ctx], q.release)
+        except LeaseGone:
+            log.warning("task stopped: lease lost queue=%s request=%s task=%s worker=%s",
+                        q.name, ctx.request_id, ctx.task_id, self.name)
+            self.held.discard(q.name, [lease.lease])
+            self._done(ran=False)
+        except TimeLimitExceeded as exc:
+            if ctx.timed_out:  # already failed by the heartbeat
+                self.held.discard(q.name, [lease.lease])
+                self._done(failed=True)
+            else:
+                self._fail(q, ctx, f"TimeLimitExceeded: {exc} ({limit:g}s)", "", retry=True)
         except Exception as exc:
             self._fail(q, ctx, f"{type(exc).__name__}: {exc}", traceback.format_exc(), retry=True)
         else:
             ctx.finished = True
-            acks.append(lease.lease)
+            acks.add(q.name, lease.lease)
             self._done()
 
     def _fail(self, q: Queue, ctx: TaskContext, error: str, tb: str, *, retry: bool) -> None:
@@ -368,7 +440,7 @@ class Worker:
             )
         except LeaseLost:
             out = None
-        except RedisUnavailable:
+        except PASSING:
             return  # hard stop during an outage: the lease expires and the task runs again
         finally:
             self._done(failed=True)
@@ -386,7 +458,7 @@ class Worker:
         tokens = [c.lease.lease for c in ctxs]
         try:
             self._retrying(lambda: op(tokens))
-        except RedisUnavailable:
+        except PASSING:
             return  # hard stop during an outage: the leases expire and the tasks run again
         finally:
             for _ in ctxs:
@@ -399,7 +471,7 @@ class Worker:
         while True:
             try:
                 result = call()
-            except RedisUnavailable as exc:
+            except PASSING as exc:
                 if self.hard_stop.is_set():
                     raise
                 time.sleep(self.outage.failed("finish", exc))

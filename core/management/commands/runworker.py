@@ -40,6 +40,13 @@ class Command(BaseCommand):
                                  "only while tasks are quick (default 64; 1 = never prefetch)")
         parser.add_argument("--grace", type=float, default=30.0,
                             help="seconds to let running tasks finish on SIGTERM (default 30)")
+        parser.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
+                            help="hard limit per task run: past it the task is failed (retried "
+                                 "or dead-lettered) even if its handler is stuck in native "
+                                 "code (default: none; a handler's own time_limit wins)")
+        parser.add_argument("--heartbeat", choices=["process", "thread"], default="process",
+                            help="renew leases from a small child process (default; survives "
+                                 "handlers that hold the GIL) or from a thread")
         parser.add_argument("--import", dest="imports", action="append", default=[],
                             metavar="MODULE",
                             help="import MODULE to register its handlers; repeat for several "
@@ -55,6 +62,7 @@ class Command(BaseCommand):
                 slots=options["slots"], prefetch=options["prefetch"],
                 dead_after=options["dead_after"], grace=options["grace"],
                 burst=options["burst"], max_tasks=options["max_tasks"],
+                time_limit=options["time_limit"], heartbeat=options["heartbeat"],
             )
         except ValueError as exc:
             raise CommandError(str(exc)) from exc

@@ -1,0 +1,254 @@
+"""Lease renewal: in a small child process by default, so a handler that holds the
+interpreter (native code that keeps the GIL) cannot stop its own worker's heartbeat.
+
+The worker tells the child which leases it holds (before it runs them) and, every beat, the
+whole set; the child renews them and reports each result back, which the worker applies to
+its tasks (cancelled, lease lost, renewed until when). The child also enforces the hard time
+limit: a task past it is failed (retried or dead-lettered) and no longer renewed. The child
+exits when its pipe closes, i.e. when the worker process ends, however it ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing
+import os
+import pickle
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import redis
+
+from core.queue import LeaseLost, Queue, RedisReplyError, RedisUnavailable
+
+from .context import TaskContext
+from .outage import Outage
+
+log = logging.getLogger("queueadmin.worker")
+
+# Applies one renewal result to a held task: (queue name, token, result, sent_at monotonic).
+Apply = Callable[[str, str, int, float], None]
+
+
+def time_limit_error(limit: float, worker: str) -> str:
+    return (f"TimeLimitExceeded: the task ran longer than its hard time limit of {limit:g}s "
+            f"on worker {worker}; it was failed and its run abandoned")
+
+
+class ThreadBeater:
+    """Renews leases from the heartbeat thread itself (tests with an injected clock, or
+    --heartbeat thread): enough while handlers let the interpreter run."""
+
+    def __init__(self, *, worker: str, queues: list[Queue], lease_ms: int, ttl_ms: int,
+                 apply: Apply, on_timeout: Callable[[str, str, str], None]) -> None:
+        self.worker = worker
+        self.queues = {q.name: q for q in queues}
+        self.lease_ms = lease_ms
+        self.ttl_ms = ttl_ms
+        self.apply = apply
+        self.on_timeout = on_timeout
+        self._limits: dict[str, float] = {}  # token -> hard time limit (s)
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    def hold(self, queue: str, ctxs: list[TaskContext]) -> None:
+        pass  # the next beat reads Held itself
+
+    def started(self, queue: str, ctx: TaskContext, limit: float) -> None:
+        self._limits[ctx.lease.lease] = limit  # the beat checks ctx.deadline
+
+    def beat(self, held: dict[str, list[TaskContext]], info: dict[str, Any]) -> None:
+        now = time.monotonic()
+        current = {c.lease.lease for ctxs in held.values() for c in ctxs}
+        self._limits = {t: v for t, v in self._limits.items() if t in current}
+        for name, q in self.queues.items():
+            ctxs = held.get(name, [])
+            for ctx in ctxs:
+                if ctx.deadline is not None and now > ctx.deadline and not ctx.timed_out:
+                    token = ctx.lease.lease
+                    error = time_limit_error(self._limits.pop(token, 0.0), self.worker)
+                    self.on_timeout(name, token, _fail_over_limit(q, token, error, self.worker))
+            sent = time.monotonic()
+            results = q.heartbeat(self.worker, info, [c.lease.lease for c in ctxs],
+                                  ttl_ms=self.ttl_ms, lease_ms=self.lease_ms)
+            for ctx, r in zip(ctxs, results, strict=True):
+                self.apply(name, ctx.lease.lease, r, sent)
+
+
+def _fail_over_limit(q: Queue, token: str, error: str, worker: str) -> str:
+    try:
+        return q.fail(token, error, worker=worker).outcome
+    except LeaseLost:
+        return "lost"
+
+
+class ProcessBeater:
+    """Renews leases from a child process; see the module docstring."""
+
+    def __init__(self, *, worker: str, queues: list[Queue], lease_ms: int, ttl_ms: int,
+                 interval: float, apply: Apply, on_timeout: Callable[[str, str, str], None],
+                 outage: Outage) -> None:
+        self.worker = worker
+        self.queues = queues
+        self.lease_ms = lease_ms
+        self.ttl_ms = ttl_ms
+        self.interval = interval
+        self.apply = apply
+        self.on_timeout = on_timeout
+        self.outage = outage
+        self._lock = threading.Lock()  # one message at a time through the pipe, in order
+        self._conn: Any = None
+        self._proc: Any = None
+        self._reader: threading.Thread | None = None
+
+    def start(self) -> None:
+        ctx = multiprocessing.get_context("spawn")  # never fork a process with threads
+        parent, child = ctx.Pipe()
+        q0 = self.queues[0]
+        self._proc = ctx.Process(
+            target=_child_main, name=f"qa-beat-{self.worker}", daemon=True,
+            args=(child, client_spec(q0.redis), q0.keys.prefix, [q.name for q in self.queues],
+                  self.worker, self.lease_ms, self.ttl_ms, self.interval, os.getpid()),
+        )
+        self._proc.start()
+        child.close()
+        self._conn = parent
+        self._reader = threading.Thread(target=self._read, name="beat-reader", daemon=True)
+        self._reader.start()
+
+    def stop(self) -> None:
+        if self._proc is None:
+            return
+        with contextlib.suppress(OSError):  # the child is gone already
+            self._send(("stop",))
+        self._proc.join(5)
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join(5)
+        self._conn.close()
+        self._proc = None
+
+    def _send(self, msg: tuple[Any, ...]) -> None:
+        with self._lock:
+            self._conn.send(msg)
+
+    def hold(self, queue: str, ctxs: list[TaskContext]) -> None:
+        """Before these tasks run: the child renews them from its next beat on."""
+        self._send(("hold", queue, [c.lease.lease for c in ctxs]))
+
+    def started(self, queue: str, ctx: TaskContext, limit: float) -> None:
+        self._send(("limit", queue, ctx.lease.lease, time.monotonic() + limit, limit))
+
+    def beat(self, held: dict[str, list[TaskContext]], info: dict[str, Any]) -> None:
+        """Every interval: the whole set, so the child forgets tasks that are finished."""
+        with self._lock:  # the snapshot and its send in one step, ordered with hold()
+            snapshot = {q: [c.lease.lease for c in ctxs] for q, ctxs in held.items()}
+            self._conn.send(("sync", snapshot, info))
+
+    def _read(self) -> None:
+        while True:
+            try:
+                msg = self._conn.recv()
+            except (EOFError, OSError):
+                return
+            kind = msg[0]
+            if kind == "beat":
+                _, sent, queue, pairs = msg
+                for token, r in pairs:
+                    self.apply(queue, token, r, sent)
+                self.outage.recovered("heartbeat")
+            elif kind == "timeout":
+                self.on_timeout(msg[1], msg[2], msg[3])
+            elif kind == "outage":
+                self.outage.failed("heartbeat", RedisUnavailable(msg[1]))
+
+
+def client_spec(client: Any) -> tuple[Any, ...]:
+    """What a child process needs to connect as `client` does (picklable settings only)."""
+    if hasattr(client, "nodes_manager"):
+        kwargs = _picklable(client.nodes_manager.connection_kwargs)
+        nodes = [(n.host, n.port) for n in client.get_nodes()]
+        return ("cluster", nodes, kwargs)
+    pool = client.connection_pool
+    return ("single", pool.connection_class, _picklable(pool.connection_kwargs))
+
+
+def _picklable(kwargs: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for k, v in kwargs.items():
+        try:
+            pickle.dumps(v)
+        except Exception:  # e.g. a Retry or a credential provider: the defaults do
+            continue
+        out[k] = v
+    return out
+
+
+def client_from_spec(spec: tuple[Any, ...]) -> Any:
+    if spec[0] == "cluster":
+        from redis.cluster import ClusterNode, RedisCluster
+
+        return RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in spec[1]], **spec[2])
+    return redis.Redis(connection_pool=redis.ConnectionPool(connection_class=spec[1], **spec[2]))
+
+
+def _child_main(conn: Any, spec: tuple[Any, ...], prefix: str, names: list[str], worker: str,
+                lease_ms: int, ttl_ms: int, interval: float, parent_pid: int) -> None:
+    """The heartbeat process: renew what the worker holds until the worker is gone."""
+    client = client_from_spec(spec)
+    queues = {n: Queue(client, n, prefix=prefix) for n in names}
+    held: dict[str, set[str]] = {n: set() for n in names}
+    limits: dict[tuple[str, str], tuple[float, float]] = {}  # -> (deadline, limit)
+    info: dict[str, Any] = {}
+    next_beat = 0.0
+    while os.getppid() == parent_pid:
+        if conn.poll(max(0.0, min(next_beat - time.monotonic(), 1.0))):
+            try:
+                msg = conn.recv()
+            except EOFError:
+                return  # the worker is gone
+            kind = msg[0]
+            if kind == "hold":
+                held[msg[1]].update(msg[2])
+            elif kind == "limit":
+                limits[(msg[1], msg[2])] = (msg[3], msg[4])
+            elif kind == "sync":
+                for name in names:
+                    held[name] = set(msg[1].get(name, ()))
+                limits = {k: v for k, v in limits.items() if k[1] in held[k[0]]}
+                info = msg[2]
+            elif kind == "stop":
+                return
+            continue
+        now = time.monotonic()
+        if now < next_beat:
+            continue
+        try:
+            for (name, token), (deadline, limit) in list(limits.items()):
+                if now > deadline:
+                    held[name].discard(token)
+                    del limits[(name, token)]
+                    outcome = _fail_over_limit(queues[name], token,
+                                               time_limit_error(limit, worker), worker)
+                    conn.send(("timeout", name, token, outcome))
+            for name, q in queues.items():
+                tokens = sorted(held[name])
+                sent = time.monotonic()
+                results = q.heartbeat(worker, info, tokens, ttl_ms=ttl_ms, lease_ms=lease_ms)
+                held[name].difference_update(t for t, r in zip(tokens, results, strict=True)
+                                             if r == -1)
+                conn.send(("beat", sent, name, list(zip(tokens, results, strict=True))))
+            next_beat = now + interval
+        except (RedisUnavailable, RedisReplyError) as exc:
+            conn.send(("outage", str(exc)))
+            next_beat = now + min(interval, 0.5)
+        except (BrokenPipeError, EOFError):
+            return
+

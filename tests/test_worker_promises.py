@@ -1,0 +1,230 @@
+"""Issue 6's worker defects, each reproduced: a handed task run twice, a run going on after
+its lease was taken, a handler holding the GIL losing its lease, a second queue never
+served, a Redis error reply killing the worker, acks held back behind a slow task."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+import core.worker.builtins  # noqa: F401  (registers noop)
+import tests.handlers  # noqa: F401  (registers tracked, gil_sleep)
+from core.queue import Queue, introspect
+from core.redis_server import start_redis
+from core.worker import Worker, WorkerConfig
+from tests.test_worker_process import counters, events, task_log
+
+
+def starts(log: list[str]) -> list[str]:
+    return [line for line in log if line.startswith("start")]
+
+
+def overlaps(log: list[str]) -> int:
+    """Most runs in progress at once, from the start/end lines."""
+    running = top = 0
+    for line in log:
+        running += 1 if line.startswith("start") else -1
+        top = max(top, running)
+    return top
+
+
+def test_idle_workers_run_each_task_of_a_limited_request_once(
+    live_queue: Queue, spawn_worker: Any, wait_until: Any, prefix: str
+) -> None:
+    """Was (make run, two workers, `submit '{"seconds": 12}'` x4): leased 3 of a limit of 2,
+    a live worker's task recovered as if it were dead, then run twice."""
+    k = f"{prefix}:t"
+    spawn_worker("w1")
+    spawn_worker("w2")
+    wait_until(lambda: len(introspect.workers(live_queue)) == 2, 20, "both workers")
+    time.sleep(1.2)  # both blocked idle, registered for handoff
+    live_queue.submit([{"k": k, "seconds": 3}] * 4, request_id="r", handler="tracked",
+                      concurrency=2)
+    assert live_queue.wait("r", timeout=30) == "done"
+    log = task_log(live_queue, k)
+    assert sorted(line.split()[1] for line in starts(log)) == sorted(
+        {line.split()[1] for line in starts(log)}), f"a task ran twice: {log}"
+    assert all(line.split()[2] == "1" for line in starts(log)), log
+    assert overlaps(log) <= 2, log
+    assert events(live_queue, "reaped") == []
+
+
+def test_a_run_whose_lease_was_released_by_an_operator_stops(
+    live_queue: Queue, spawn_worker: Any, wait_until: Any, prefix: str, tmp_path: Path
+) -> None:
+    """Was: the heartbeat flagged the lost lease but nothing read the flag: the old run went
+    on beside the new one."""
+    k = f"{prefix}:t"
+    live_queue.submit([{"k": k, "seconds": 30}], request_id="r", handler="tracked")
+    spawn_worker("w1")
+    wait_until(lambda: task_log(live_queue, k), 20, "the task to start")
+    [entry] = introspect.pending(live_queue, "r")
+    released = time.monotonic()
+    assert live_queue.release_task("r", entry.task_id) == "w1"
+    log = tmp_path / "w1.log"
+    wait_until(lambda: "task stopped: lease lost" in log.read_text(), 5, "w1's run to stop")
+    assert time.monotonic() - released < 2  # within a heartbeat (dead-after 2 / 5) or so
+    wait_until(lambda: len(starts(task_log(live_queue, k))) == 2, 10, "the task to run again")
+    assert not any(line.startswith("end") for line in task_log(live_queue, k))
+    live_queue.cancel("r")
+    assert live_queue.wait("r", timeout=10) == "cancelled"
+
+
+def _children(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    return [int(x) for x in out.split()]
+
+
+def test_a_worker_paused_past_its_lease_does_not_go_on_beside_the_new_run(
+    live_queue: Queue, spawn_worker: Any, wait_until: Any, prefix: str
+) -> None:
+    """SIGSTOP (worker and its heartbeat process) longer than --dead-after: the task goes to
+    another worker; when the first resumes, its run stops at its next check."""
+    k = f"{prefix}:t"
+    live_queue.submit([{"k": k, "seconds": 6}], request_id="r", handler="tracked")
+    w1 = spawn_worker("w1")
+    wait_until(lambda: task_log(live_queue, k), 20, "the task to start")
+    paused = [w1.pid, *_children(w1.pid)]
+    for pid in paused:
+        subprocess.run(["kill", "-STOP", str(pid)], check=True)
+    try:
+        spawn_worker("w2")
+        wait_until(lambda: any("w2" in x for x in task_log(live_queue, k)), 20,
+                   "w2 to take the task over")
+    finally:
+        for pid in paused:
+            subprocess.run(["kill", "-CONT", str(pid)], check=True)
+    assert live_queue.wait("r", timeout=20) == "done"
+    time.sleep(1)
+    log = task_log(live_queue, k)
+    assert not any(line.startswith("end") and line.endswith("w1") for line in log), log
+
+
+@pytest.mark.slow
+def test_a_handler_holding_the_gil_keeps_its_lease(
+    live_queue: Queue, spawn_worker: Any, wait_until: Any, prefix: str
+) -> None:
+    """Was: a 20 s native call keeping the GIL with --dead-after 2 was delivered 5 times and
+    dead-lettered: the heartbeat thread could not run."""
+    k = f"{prefix}:t"
+    live_queue.submit([{"k": k, "seconds": 7}], request_id="r", handler="gil_sleep",
+                      max_attempts=2)
+    spawn_worker("w1")
+    assert live_queue.wait("r", timeout=30) == "done"
+    assert len(starts(task_log(live_queue, k))) == 1
+    assert events(live_queue, "reaped") == []
+
+
+@pytest.mark.slow
+def test_a_task_past_its_hard_time_limit_is_failed_even_while_the_worker_is_stuck(
+    live_queue: Queue, spawn_worker: Any, wait_until: Any, prefix: str
+) -> None:
+    k = f"{prefix}:t"
+    live_queue.submit([{"k": k, "seconds": 60}], request_id="r", handler="gil_sleep",
+                      max_attempts=1)
+    spawn_worker("w1", "--time-limit", "2")
+    started = time.monotonic()
+    assert live_queue.wait("r", timeout=20) == "failed"
+    assert time.monotonic() - started < 10
+    [letter] = introspect.dead_letters(live_queue)
+    assert letter.error.startswith("TimeLimitExceeded") and "2s" in letter.error
+
+
+def _run_in_thread(worker: Worker) -> threading.Thread:
+    t = threading.Thread(target=worker.run, daemon=True)
+    t.start()
+    return t
+
+
+def test_a_worker_of_two_queues_serves_the_second(redis_client: redis.Redis, prefix: str) -> None:
+    """Was: after the first queue returned nothing the batch size fell to 0, so `-q a -q b`
+    never served b."""
+    qa, qb = (Queue(redis_client, n, prefix=prefix) for n in ("a", "b"))
+    qb.submit([1, 2, 3], request_id="r", handler="noop")
+    worker = Worker([qa, qb], WorkerConfig(name="w", burst=True, dead_after=2,
+                                           heartbeat="thread"))
+    t = _run_in_thread(worker)
+    t.join(10)
+    assert not t.is_alive()
+    assert qb.state("r") == "done"
+
+
+def test_a_redis_error_reply_is_an_outage_not_a_crash(
+    tmp_path: Path, prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Was: BUSY (another client's long script) raised out of the slot loop and the worker's
+    slot died."""
+    server = start_redis(tmp_path / "redis", appendonly=False)
+    client = redis.Redis.from_url(server.url, decode_responses=True)
+    worker = None
+    try:
+        client.config_set("busy-reply-threshold", 100)
+        q = Queue(client, "q", prefix=prefix)
+        worker = Worker([q], WorkerConfig(name="w", dead_after=2, idle_wait=0.05,
+                                          heartbeat="thread"))
+        caplog.set_level(logging.INFO, logger="queueadmin.worker")
+        t = _run_in_thread(worker)
+        time.sleep(0.3)
+        busy = redis.Redis.from_url(server.url)
+        busy.eval("local s = tonumber(redis.call('TIME')[1]) "
+                  "while tonumber(redis.call('TIME')[1]) < s + 2 do end return 1", 0)
+        q.submit([1, 2], request_id="r", handler="noop")
+        assert q.wait("r", timeout=10) == "done"
+        assert t.is_alive()
+        errors = [r for r in caplog.records if "Redis unavailable" in r.getMessage()]
+        assert any("BUSY" in r.getMessage() for r in errors), [r.getMessage() for r in errors]
+        assert len(errors) == 1, [r.getMessage() for r in errors]
+    finally:
+        if worker is not None:
+            worker.stop(hard=True)
+        client.close()
+        server.stop()
+
+
+def test_a_finished_tasks_ack_does_not_wait_for_the_rest_of_its_batch(
+    live_queue: Queue, prefix: str
+) -> None:
+    """Was: acks rode on the next dequeue only, after the whole prefetched batch: a quick
+    task's ack waited behind a slow one (and was lost with a crash meanwhile)."""
+    k = f"{prefix}:t"
+    live_queue.submit([{"k": k, "seconds": 0}, {"k": k, "seconds": 2}], request_id="r",
+                      handler="tracked", concurrency=2)
+    # A batch of two, as a slot that grew its batch leases it: the quick one, then the slow.
+    worker = Worker([live_queue], WorkerConfig(name="w", dead_after=2, heartbeat="thread"))
+    leases = live_queue.dequeue("w", 2)
+    assert [x.payload["seconds"] for x in leases] == [0, 2]
+    worker._flusher.start()
+    t = threading.Thread(target=worker._run_batch,
+                         args=(live_queue, leases, worker._acks[0], time.monotonic()),
+                         daemon=True)
+    t.start()
+    deadline = time.monotonic() + 1.5
+    while time.monotonic() < deadline and counters(live_queue, "r")[0] == 0:
+        time.sleep(0.02)
+    assert counters(live_queue, "r")[0] == 1, "the first task's ack waited for the second"
+    t.join(5)
+    worker._flusher_done.set()
+
+
+def test_a_handoff_whose_lease_expired_before_pickup_is_not_run(
+    live_queue: Queue, prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker never starts a run on a lease it cannot show it still holds."""
+    k = f"{prefix}:t"
+    live_queue.submit([{"k": k, "seconds": 0}], request_id="r", handler="tracked")
+    worker = Worker([live_queue], WorkerConfig(name="w", dead_after=2, heartbeat="thread"))
+    [lease] = live_queue.dequeue("w", 1)
+    live_queue.release_task("r", lease.task_id)
+    caplog.set_level(logging.INFO, logger="queueadmin.worker")
+    # Leased "long ago": not known to be held, so the runtime asks Redis first.
+    worker._run_batch(live_queue, [lease], worker._acks[0], time.monotonic() - 60)
+    assert task_log(live_queue, k) == []
+    assert any("not running it" in r.getMessage() for r in caplog.records)
+
