@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import redis
 
-from core.queue import LeaseLost, Queue, introspect
+from core.queue import InvalidInput, LeaseLost, Queue, introspect
 from tests.conftest import FakeClock
 
 
@@ -227,3 +229,21 @@ def test_ack_many_takes_more_leases_than_one_script_call_can(queue: Queue) -> No
     leases = [lease for _ in range(3) for lease in queue.dequeue("w", 1000)]
     assert queue.ack_many(leases) == [True] * 2500
     assert queue.state("r") == "done"
+
+
+@pytest.mark.parametrize(
+    ("consumer", "count", "lease_ms"),
+    [("~waiting", 1, 0), ("~dead", 1, 0), ("w 1", 1, 0), ("w", -1, 0), ("w", 1, 10**16),
+     ("w", 1, 50), ("w", 1, 1.5)],
+)
+def test_ack_and_dequeue_refuses_reserved_names_and_bad_lease_lengths(
+    queue: Queue, consumer: Any, count: Any, lease_ms: Any
+) -> None:
+    """Was: "~waiting" was accepted as a consumer (the engine's own pseudo-consumer), and a
+    lease of 1e16 ms later broke an unrelated producer's submit after it wrote its request."""
+    queue.submit([1], request_id="r")
+    with pytest.raises(InvalidInput):
+        queue.ack_and_dequeue(consumer, count, lease_ms=lease_ms)
+    with pytest.raises(InvalidInput):
+        queue.extend(["r/1-0/1"], lease_ms=10**16)
+    assert queue.dequeue("w", 1)[0].payload == 1  # nothing was leased by the refused calls

@@ -14,6 +14,15 @@ from .errors import LeaseLost
 from .keys import validate_id
 from .models import FailOutcome, Lease, Reaped
 
+MAX_LEASE_MS = 86_400_000  # a day: a worker that needs longer renews
+
+
+def check_lease_ms(lease_ms: object) -> int:
+    """A worker-chosen lease length: 0 (each request's own) or 100 ms to a day."""
+    if lease_ms == 0 and isinstance(lease_ms, int):
+        return 0
+    return int_in(lease_ms, "lease_ms", 100, MAX_LEASE_MS)
+
 
 class Consumer(QueueBase):
     """Leases and finishes tasks; registers workers."""
@@ -37,9 +46,16 @@ class Consumer(QueueBase):
         Returns (accepted flag per ack, new leases, ms until the next delayed task is due or
         -1; the last only when nothing was leased).
         """
-        reply = self._run(
-            "dequeue", [self._now(), consumer, count, lease_ms, 1 if idle_handoff else 0, *acks]
-        )
+        validate_id(consumer, "consumer name")  # "~waiting" & co. are the engine's own
+        int_in(count, "count", 0, 1000)
+        check_lease_ms(lease_ms)
+        return self._dequeue_call(consumer, count, acks, lease_ms, idle_handoff)
+
+    def _dequeue_call(
+        self, consumer: str, count: int, acks: Sequence[str], lease_ms: int, idle: bool
+    ) -> tuple[list[bool], list[Lease], int]:
+        reply = self._run("dequeue", [self._now(), consumer, count, lease_ms, 1 if idle else 0,
+                                      *acks])
         return [r == 1 for r in reply[0]], leases_from_reply(reply[2]), int(reply[1])
 
     def dequeue(self, consumer: str, count: int = 1) -> list[Lease]:
@@ -50,7 +66,7 @@ class Consumer(QueueBase):
     def ack(self, lease: Lease | str) -> None:
         """Mark a leased task done; raises LeaseLost if the lease is no longer held."""
         token = lease.lease if isinstance(lease, Lease) else lease
-        if not self.ack_and_dequeue("-", 0, [token])[0][0]:
+        if not self._dequeue_call("-", 0, [token], 0, False)[0][0]:
             raise LeaseLost(f"lease {token} is no longer held")
 
     def ack_many(self, leases: Sequence[Lease | str]) -> list[bool]:
@@ -58,7 +74,7 @@ class Consumer(QueueBase):
         tokens = [x.lease if isinstance(x, Lease) else x for x in leases]
         out: list[bool] = []
         for i in range(0, len(tokens), 1000):  # Lua's unpack() has a limit
-            out += self.ack_and_dequeue("-", 0, tokens[i : i + 1000])[0]
+            out += self._dequeue_call("-", 0, tokens[i : i + 1000], 0, False)[0]
         return out
 
     def fail(
@@ -82,6 +98,7 @@ class Consumer(QueueBase):
 
     def extend(self, leases: Sequence[Lease | str], lease_ms: int = 0) -> list[int]:
         """Renew leases; per lease 1 renewed, 2 renewed but cancelled (stop it), -1 lost."""
+        check_lease_ms(lease_ms)
         tokens = [x.lease if isinstance(x, Lease) else x for x in leases]
         if not tokens:
             return []
@@ -122,6 +139,7 @@ class Consumer(QueueBase):
         what extend() returns.
         """
         validate_id(worker, "worker name")
+        check_lease_ms(lease_ms)
         tokens = [x.lease if isinstance(x, Lease) else x for x in leases]
         reply = self._run(
             "extend",
