@@ -101,6 +101,7 @@ class QueueModel:
         self.idle: dict[str, int] = {}  # idle registrations "<consumer>|<lease_ms>" -> when
         self.handed: dict[str, list[str]] = {}  # consumer -> leases in its handoff list
         self.handed_ever: set[str] = set()
+        self.handed_ms: dict[str, int] = {}  # handed lease -> its lease length
 
     # -- lookups ------------------------------------------------------------------------
 

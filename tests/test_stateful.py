@@ -227,6 +227,7 @@ class QueueMachine(RuleBasedStateMachine):
         req = Request(rid, **opts, state="active" if seal else "open")
         m.requests[rid] = req
         self._learn(qi, req, payloads)
+        m.promote(self.now)  # every script ending in dispatch_idle() promotes due retries
         assert res == Submitted(rid, True, req.state, n)
 
     @precondition(_any_request)
@@ -243,6 +244,7 @@ class QueueMachine(RuleBasedStateMachine):
         elif payloads:
             total = q.add(req.rid, payloads)
             self._learn(qi, req, payloads)
+            self.models[qi].promote(self.now)
             assert total == len(req.tasks)
         if seal:
             if req.state == "open":
@@ -261,8 +263,14 @@ class QueueMachine(RuleBasedStateMachine):
         want_acks = [m.ack(token, now) for token in acks or []]
         m.promote(now)
         member = f"{consumer}|{lease_ms}"
+        drained: list[str] = []
         if idle and count:
             m.idle.pop(member, None)  # a worker is not handed work during its own call
+            # Tasks handed to it earlier and not picked up come first, renewed, if still held.
+            for token in m.handed.pop(consumer, []):
+                if found := m.holder(token):
+                    found[1].expiry = now + m.handed_ms[token]
+                    drained.append(token)
         if acks is None:
             leases, next_due = q.dequeue(consumer, count), None
         else:
@@ -275,10 +283,13 @@ class QueueMachine(RuleBasedStateMachine):
         eligible = [r for r in m.requests.values() if r.eligible]
         capacity = sum(r.free for r in eligible)
         top = max((r.priority for r in eligible), default=None)
-        if idle and count and not leases:
+        if idle and count and not leases and not drained:
             m.idle[member] = now
+        assert [x.lease for x in leases[: len(drained)]] == drained, "handed tasks first"
+        leases = leases[len(drained):]
         # Work is handed out while there is any and it is wanted (ready index true).
-        assert len(leases) == min(count, capacity), "dequeue left eligible work or over-leased"
+        assert len(leases) == min(max(count - len(drained), 0), capacity), (
+            "dequeue left eligible work or over-leased")
         prios = []
         for lease in leases:
             req = m.requests[lease.request_id]
@@ -389,6 +400,7 @@ class QueueMachine(RuleBasedStateMachine):
             m.lease(req, t, c, self.now, lease_ms)  # asserts waiting, eligible (concurrency)
             assert (token, attempt, payload) == (t.token, t.attempts, t.payload)
             m.handed.setdefault(c, []).append(token)
+            m.handed_ms[token] = lease_ms
         prios = {m.requests[token.split("/")[0]].priority for _, token, *_ in handed}
         if check:
             self._check_handoffs(qi, prios)
@@ -447,6 +459,7 @@ class QueueMachine(RuleBasedStateMachine):
         assert out.outcome == kind
         dead_id = self._dead_id(qi, req.rid, t.tid) if kind == "dead" else None
         m.end_lease(req, t, kind, due=now + out.delay_ms, dead_id=dead_id)
+        m.promote(now)
 
     @precondition(_any_leased)
     @rule(data=st.data(), override=st.sampled_from([0, 0, 250]), beat=st.booleans())
@@ -457,7 +470,7 @@ class QueueMachine(RuleBasedStateMachine):
         tokens = self._pick_tokens(data, qi, 3) or self._tokens(qi)[:1]
         m, want = self.models[qi], []
         for token in tokens:
-            found = m.valid(token, self.now)
+            found = m.holder(token)  # renewed while held, even past its expiry (not reaped)
             if not found:
                 want.append(-1)
                 continue
@@ -486,6 +499,7 @@ class QueueMachine(RuleBasedStateMachine):
             cancelled = req.state == "cancelling"
             m.end_lease(req, t, "cancelled" if cancelled else "waiting", counts=False)
             want.append(2 if cancelled else 1)
+        m.promote(self.now)
         assert self.queues[qi].release(tokens) == want
 
     # -- time and recovery --------------------------------------------------------------
@@ -517,6 +531,7 @@ class QueueMachine(RuleBasedStateMachine):
         for req, t, outcome in plan.values():
             dead_id = self._dead_id(qi, req.rid, t.tid) if outcome == "dead" else None
             m.end_lease(req, t, outcome, dead_id=dead_id)
+        m.promote(self.now)
 
     # -- operating ----------------------------------------------------------------------
 
@@ -536,6 +551,7 @@ class QueueMachine(RuleBasedStateMachine):
                 req = m.requests[rid]
                 t = req.tasks[tid]
                 requeued += t.dead_id == did and m.revive(req, t)
+            m.promote(self.now)
             assert self.queues[qi].requeue(ids) == (requeued, len(ids) - requeued)
             return
         if op == "cancel":  # most interesting with tasks in backoff, else running
@@ -556,6 +572,7 @@ class QueueMachine(RuleBasedStateMachine):
                 q.requeue_request(req.rid)
         else:
             n = sum(m.revive(req, t) for t in req.of_state("dead"))
+            m.promote(self.now)
             assert q.requeue_request(req.rid) == n
 
     @precondition(_any_task)
@@ -575,6 +592,7 @@ class QueueMachine(RuleBasedStateMachine):
             cancelled = req.state == "cancelling"
             self.models[qi].end_lease(req, t, "cancelled" if cancelled else "waiting",
                                       counts=False)
+            self.models[qi].promote(self.now)
             assert q.release_task(req.rid, t.tid) == holder
             return
         if to == t.consumer:
