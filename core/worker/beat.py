@@ -10,7 +10,6 @@ exits when its pipe closes, i.e. when the worker process ends, however it ends.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import multiprocessing
 import os
@@ -107,6 +106,7 @@ class ProcessBeater:
         self._conn: Any = None
         self._proc: Any = None
         self._reader: threading.Thread | None = None
+        self._broken = False
 
     def start(self) -> None:
         ctx = multiprocessing.get_context("spawn")  # never fork a process with threads
@@ -126,8 +126,8 @@ class ProcessBeater:
     def stop(self) -> None:
         if self._proc is None:
             return
-        with contextlib.suppress(OSError):  # the child is gone already
-            self._send(("stop",))
+        self._broken = True  # from here on a closed pipe is expected, not news
+        self._send(("stop",))
         self._proc.join(5)
         if self._proc.is_alive():
             self._proc.kill()
@@ -137,7 +137,18 @@ class ProcessBeater:
 
     def _send(self, msg: tuple[Any, ...]) -> None:
         with self._lock:
+            self._write(msg)
+
+    def _write(self, msg: tuple[Any, ...]) -> None:
+        """Send under the lock; a dead heartbeat process is logged once, never raised into a
+        slot (its leases then expire and are reaped: at-least-once, nothing lost)."""
+        try:
             self._conn.send(msg)
+        except OSError as exc:
+            if not self._broken:
+                self._broken = True
+                log.error("heartbeat process gone worker=%s (%s): leases are no longer "
+                          "renewed; restart the worker", self.worker, exc)
 
     def hold(self, queue: str, ctxs: list[TaskContext]) -> None:
         """Before these tasks run: the child renews them from its next beat on."""
@@ -150,7 +161,7 @@ class ProcessBeater:
         """Every interval: the whole set, so the child forgets tasks that are finished."""
         with self._lock:  # the snapshot and its send in one step, ordered with hold()
             snapshot = {q: [c.lease.lease for c in ctxs] for q, ctxs in held.items()}
-            self._conn.send(("sync", snapshot, info))
+            self._write(("sync", snapshot, info))
 
     def _read(self) -> None:
         while True:
