@@ -201,7 +201,7 @@ def test_ack_and_dequeue_is_one_round_trip_for_a_batch(
     monkeypatch.setattr(redis_client, "execute_command", counting)
     accepted, batch2, _ = queue.ack_and_dequeue("w", 32, [lease.lease for lease in batch])
     assert accepted == [True] * 32 and len(batch2) == 32
-    assert sent == ["EVALSHA"]  # 64 tasks moved (32 acked, 32 leased) in one round trip
+    assert sent == ["FCALL"]  # 64 tasks moved (32 acked, 32 leased) in one round trip
     monkeypatch.undo()
     queue.ack_many(batch2)
     assert queue.state("r") == "done"

@@ -17,7 +17,7 @@ from core.queue import (
     UnknownRequest,
     introspect,
 )
-from core.queue.scripts import SCRIPT_NAMES, expand, source
+from core.queue.scripts import SCRIPT_NAMES, source
 from tests.conftest import FakeClock
 
 
@@ -227,17 +227,4 @@ def test_every_script_documents_its_contract() -> None:
         assert text.lstrip().startswith(f"--[[ {name}:"), name
         header = text.split("--]]")[0]
         assert "KEYS[1..8]" in header and "ARGV[1]" in header and "Returns" in header, name
-        assert "--@include" not in text  # includes are expanded
-
-
-def test_include_expands_one_level_and_fails_clearly() -> None:
-    files = {"_a": "local A = 1", "_nested": "--@include a"}
-    assert expand("x\n--@include a\ny", read=files.__getitem__) == "x\nlocal A = 1\ny"
-
-    def missing(name: str) -> str:
-        raise FileNotFoundError(name)
-
-    with pytest.raises(LookupError, match=r"no file lua/_zzz\.lua"):
-        expand("--@include zzz", read=missing)
-    with pytest.raises(ValueError, match="one level only"):
-        expand("--@include nested", read=files.__getitem__)
+        assert "--@include" not in text  # includes go to the top of the library

@@ -13,7 +13,7 @@ import redis
 from .errors import InvalidInput, RedisReplyError, RedisUnavailable
 from .keys import QueueKeys
 from .models import Lease
-from .scripts import SCRIPT_NAMES, source
+from .scripts import call, library
 
 MAX_PAYLOAD_BYTES = 64 * 1024
 
@@ -60,7 +60,8 @@ class QueueBase:
         # None: scripts read the Redis server's clock, so hosts with skewed clocks agree.
         self._clock = clock
         self._qkeys = self.keys.script_keys
-        self._scripts = {n: client.register_script(source(n)) for n in SCRIPT_NAMES}
+        # One Functions library for every operation, loaded into Redis when first needed.
+        self._library = library()
 
     @classmethod
     def from_url(cls, url: str, name: str = "default", **kwargs: Any) -> Any:
@@ -91,7 +92,7 @@ class QueueBase:
 
     def _run(self, name: str, args: Sequence[Any], extra_keys: Sequence[str] = ()) -> Any:
         with translated(name):
-            return self._scripts[name](keys=[*self._qkeys, *extra_keys], args=args)
+            return call(self.redis, self._library, name, [*self._qkeys, *extra_keys], args)
 
 
 def leases_from_reply(flat: list[Any]) -> list[Lease]:

@@ -1,6 +1,8 @@
--- Shared helpers, pasted into each script that names this file in an include line.
+-- Shared helpers: the top of the engine's Functions library (scripts.py builds it), run once
+-- when Redis loads it. Every operation calls begin(KEYS) first, which sets the queue's keys
+-- and resets the state of one call: nothing set by one call is seen by the next.
 --
--- Every ARGV "now (ms)" may be 0: the script then reads the Redis server's clock (TIME).
+-- Every ARGV "now (ms)" may be 0: the operation then reads the Redis server's clock (TIME).
 --
 -- Every script receives the same eight queue-level keys first, in this order:
 --   KEYS[1] <p>:{Q}:ready    zset  tenant slots "<prio>:<tenant>" -> band(prio) + seq
@@ -31,16 +33,28 @@
 --   "~delayed" (retry backoff), "~dead" (dead letter). Real consumers are workers,
 --   whose names cannot start with "~".
 
-local K_READY, K_LEASES, K_DELAYED, K_DEAD = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local K_EVENTS, K_WAKE, K_SEQ, K_STATS = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local PREFIX = string.sub(K_READY, 1, #K_READY - #'ready')
 local GROUP = 'g'
 local BAND = 1e12
 local EVENTS_MAXLEN = 10000
 
+-- The state of one call, set by begin().
+local K_READY, K_LEASES, K_DELAYED, K_DEAD, K_EVENTS, K_WAKE, K_SEQ, K_STATS
+local PREFIX, K_IDLE, K_DPRIO
+local NOW  -- set by now_ms(), which every operation calls next
+local DISPATCH  -- see sync_ready()
+local PROMOTED, FLOOR  -- see promote_due()
+
+local function begin(keys)
+  K_READY, K_LEASES, K_DELAYED, K_DEAD = keys[1], keys[2], keys[3], keys[4]
+  K_EVENTS, K_WAKE, K_SEQ, K_STATS = keys[5], keys[6], keys[7], keys[8]
+  PREFIX = string.sub(K_READY, 1, #K_READY - #'ready')
+  K_IDLE = PREFIX .. 'idle'
+  K_DPRIO = PREFIX .. 'dprio'
+  NOW, DISPATCH, PROMOTED, FLOOR = 0, false, false, -1
+end
+
 -- Milliseconds from the caller's clock when it sends one (tests control time that way), else
 -- from the Redis server, so that leases mean the same to every host whatever their clocks say.
-local NOW = 0  -- set by now_ms(), which every script calls first
 local function now_ms(arg)
   local n = tonumber(arg)
   if not (n and n > 0) then
@@ -57,11 +71,9 @@ local function rel_key(rid) return PREFIX .. 'req:' .. rid .. ':rel' end
 local function deadmap_key(rid) return PREFIX .. 'req:' .. rid .. ':dead' end
 local function tenant_key(slot) return PREFIX .. 'tr:' .. slot end
 local function state_key(state) return PREFIX .. 'state:' .. state end
-local K_IDLE = PREFIX .. 'idle'
 local function handoff_key(consumer) return PREFIX .. 'handoff:' .. consumer end
 local HANDOFF_FRESH_MS = 1500  -- an idle registration older than this is not trusted
 local HANDOFF_MAX = 16  -- idle workers served by one call; the rest wake up and dequeue
-local K_DPRIO = PREFIX .. 'dprio'
 local function delayed_key(prio) return K_DELAYED .. ':' .. prio end
 local PROMOTE_MAX = 100  -- due retries promoted per priority level by one call
 
@@ -69,7 +81,8 @@ local NUMERIC = {'priority', 'concurrency', 'total', 'waiting', 'retry', 'leased
                  'done', 'dead', 'cancelled', 'max_attempts', 'lease_ms', 'retention_ms',
                  'backoff_ms', 'backoff_max_ms'}
 local FIELDS = {'state', 'tenant', 'handler'}
-for _, f in ipairs(NUMERIC) do FIELDS[#FIELDS + 1] = f end
+-- Runs at load, when Redis 7.0 gives a library no globals but `redis` (no ipairs here).
+for i = 1, #NUMERIC do FIELDS[#FIELDS + 1] = NUMERIC[i] end
 
 -- The request hash as a table with numbers where numbers belong; nil if absent.
 local function load_req(rid)
@@ -189,8 +202,7 @@ end
 
 -- Keep the ready index true for one request: present in its tenant's zset (and the tenant
 -- in `ready`) exactly when it has waiting work, a free slot and is not cancelled or finished.
--- A request that becomes eligible also marks the script for dispatch_idle() at its end.
-local DISPATCH = false
+-- A request that becomes eligible also marks the call for dispatch_idle() at its end.
 local function sync_ready(h)
   local slot = slot_of(h)
   local tk = tenant_key(slot)
@@ -381,8 +393,7 @@ end
 -- PROMOTE_MAX per priority. Returns the priority floor for this call: when a level had more
 -- due than that, nothing below it may be leased until they are promoted (-1: no floor), so a
 -- due retry is never passed over by a lower priority however many there are. Runs once per
--- script (dispatch_idle() or the first take_ready(), whichever comes first).
-local PROMOTED, FLOOR = false, -1
+-- call (dispatch_idle() or the first take_ready(), whichever comes first).
 promote_due = function()
   if PROMOTED then return FLOOR end
   PROMOTED = true
