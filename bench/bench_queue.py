@@ -1,10 +1,14 @@
-"""Queue benchmarks: batched enqueue, no-op throughput with 1 and 2 worker processes, and
-submit -> handler-start latency at a light steady rate. Prints a table and JSON.
+"""Queue benchmarks: single submits (ours beside huey and rq, same run, same redis-server),
+requests of one task each processed by one worker process, batched enqueue, no-op throughput
+with 1 and 2 worker processes, and submit -> handler-start latency at a light steady rate.
+Prints a table and JSON.
 
-    .venv/bin/python bench/bench_queue.py [--tasks 200000] [--json-only]
+    .venv/bin/python bench/bench_queue.py [--tasks 200000] [--fsync always everysec]
+                                          [--only single,one_task,...] [--json-only]
 
-Runs its own redis-server (the embedded default's settings: append-only file, fsync every
-second) on a free port and real `manage.py runworker` processes; nothing else is touched.
+Runs its own redis-server per fsync mode (append-only file, as `make run` runs it; fsync
+`always` and `everysec`) on a free port, and real `manage.py runworker` processes (and the
+peers' own workers); nothing else is touched. The peers need `pip install -e '.[bench]'`.
 """
 
 from __future__ import annotations
@@ -27,16 +31,21 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.peers import HAVE_HUEY, HAVE_RQ, make_huey, make_rq, noop  # noqa: E402
 from core.queue import Queue, introspect  # noqa: E402
 from core.redis_server import RedisServer, start_redis  # noqa: E402
 
 TARGETS = {
+    "single_submits_per_s": "≥ huey",
+    "one_task_requests_per_s_1_worker": 20_000,
     "enqueue_tasks_per_s": 250_000,
     "noop_tasks_per_s_1_worker": 25_000,
     "latency_p50_ms": 0.3,
     "latency_p99_ms": 1.0,
     "round_trips_per_task": 2.0,
 }
+LOWER_IS_BETTER = ("latency", "round_trips", "redis_us")
+MEASURES = ("single", "one_task", "enqueue", "noop", "latency")
 
 
 def start_workers(
@@ -78,11 +87,70 @@ def wait_until(cond: Any, timeout: float, what: str) -> None:
         time.sleep(0.001)
 
 
+def command_stats(client: redis.Redis) -> dict[str, tuple[int, int]]:
+    """Per command: (calls, microseconds spent in Redis) so far."""
+    return {
+        k.removeprefix("cmdstat_"): (int(v["calls"]), int(v["usec"]))
+        for k, v in client.info("commandstats").items()
+    }
+
+
+def redis_us_per_call(
+    before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]], commands: tuple[str, ...]
+) -> float:
+    calls = sum(after.get(c, (0, 0))[0] - before.get(c, (0, 0))[0] for c in commands)
+    usec = sum(after.get(c, (0, 0))[1] - before.get(c, (0, 0))[1] for c in commands)
+    return round(usec / calls, 1) if calls else 0.0
+
+
 def top_level_calls(client: redis.Redis) -> int:
-    """EVALSHA + BLPOP calls so far: commands a client sends itself (scripts cannot send
-    either), so their count is the clients' round trips on the hot path."""
-    stats = client.info("commandstats")
-    return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("evalsha", "blpop"))
+    """FCALL (EVALSHA before the engine was a Functions library) + BLPOP calls so far:
+    commands a client sends itself (scripts cannot send them), so their count is the
+    clients' round trips on the hot path."""
+    stats = command_stats(client)
+    return sum(stats.get(c, (0, 0))[0] for c in ("fcall", "evalsha", "blpop"))
+
+
+def bench_single_submits(
+    server: RedisServer, client: redis.Redis, prefix: str, n: int = 5000, rounds: int = 3
+) -> dict[str, Any]:
+    """One producer making `n` one-task submits in a row, ours and each peer's in turns on
+    the same redis-server; the median of `rounds` turns each."""
+    q = Queue(client, "single", prefix=prefix)
+    contenders: dict[str, Any] = {
+        "ours": lambda i: q.submit([{"n": i}], handler="noop"),
+    }
+    commands = {"ours": ("fcall", "evalsha"), "huey": ("lpush",), "rq": ("multi", "hset", "rpush")}
+    if HAVE_HUEY:
+        huey, task = make_huey(server.url)
+        contenders["huey"] = lambda i: task({"n": i})
+    if HAVE_RQ:
+        rq_queue = make_rq(server.url)
+        contenders["rq"] = lambda i: rq_queue.enqueue(noop, {"n": i})
+    rates: dict[str, list[float]] = {name: [] for name in contenders}
+    redis_us: dict[str, list[float]] = {name: [] for name in contenders}
+    for submit in contenders.values():
+        for i in range(200):  # warm up: imports, connections, the engine's library
+            submit(i)
+    for _ in range(rounds):
+        for name, submit in contenders.items():
+            before = command_stats(client)
+            started = time.perf_counter()
+            for i in range(n):
+                submit(i)
+            rates[name].append(n / (time.perf_counter() - started))
+            redis_us[name].append(redis_us_per_call(before, command_stats(client), commands[name]))
+    if HAVE_HUEY:
+        huey.flush()
+    if HAVE_RQ:
+        rq_queue.empty()
+    out: dict[str, Any] = {}
+    for name in contenders:
+        suffix = "" if name == "ours" else f"_{name}"
+        out[f"single_submits_per_s{suffix}"] = round(statistics.median(rates[name]))
+        out[f"single_submit_runs{suffix}"] = [round(r) for r in rates[name]]
+    out["single_submit_redis_us"] = statistics.median(redis_us["ours"])
+    return out
 
 
 def bench_enqueue(
@@ -92,7 +160,7 @@ def bench_enqueue(
     payloads = [
         {"chunk": i, "path": f"s3://bucket/input/part-{i:05d}.parquet"} for i in range(batch)
     ]
-    q.submit(payloads[:10], handler="noop")  # load the script
+    q.submit(payloads[:10], handler="noop")  # load the engine
     rates = []
     for _ in range(repeats):
         started = time.perf_counter()
@@ -105,14 +173,12 @@ def bench_enqueue(
     }
 
 
-def bench_throughput(
-    server: RedisServer, client: redis.Redis, prefix: str, tasks: int, workers: int
-) -> dict[str, Any]:
-    name = f"noop{workers}"
-    q = Queue(client, name, prefix=prefix)
-    for i in range(0, tasks, 100_000):
-        q.submit([None] * min(100_000, tasks - i), handler="noop", request_id=f"r{i}")
-    procs = start_workers(server, prefix, name, workers, "--burst")
+def run_workers(
+    server: RedisServer, client: redis.Redis, q: Queue, tasks: int, workers: int
+) -> tuple[float, int, int]:
+    """Run `workers` burst workers until `tasks` are done: (seconds from the first ack to the
+    last, tasks done in that time, round trips in that time)."""
+    procs = start_workers(server, q.keys.prefix, q.name, workers, "--burst")
     try:
         done = lambda: int(client.hget(q.keys.stats, "done") or 0)  # noqa: E731
         wait_until(lambda: done() > 0, 60, "the first ack")
@@ -128,11 +194,114 @@ def bench_throughput(
         for p in procs:
             p.kill() if p.poll() is None else None
     assert introspect.drained(q)
-    measured = tasks - d0
+    return elapsed, tasks - d0, calls
+
+
+def bench_throughput(
+    server: RedisServer, client: redis.Redis, prefix: str, tasks: int, workers: int
+) -> dict[str, Any]:
+    """No-op tasks of a few large requests."""
+    q = Queue(client, f"noop{workers}", prefix=prefix)
+    for i in range(0, tasks, 100_000):
+        q.submit([None] * min(100_000, tasks - i), handler="noop", request_id=f"r{i}")
+    elapsed, measured, calls = run_workers(server, client, q, tasks, workers)
     return {
         f"noop_tasks_per_s_{workers}_worker{'s' if workers > 1 else ''}": round(measured / elapsed),
         f"round_trips_per_task_{workers}": round(calls / measured, 4),
     }
+
+
+def bench_one_task_requests(
+    server: RedisServer, client: redis.Redis, prefix: str, tasks: int
+) -> dict[str, Any]:
+    """Requests of one no-op task each, processed by one worker process."""
+    q = Queue(client, "one", prefix=prefix)
+    for _ in range(tasks):
+        q.submit([None], handler="noop")
+    before = command_stats(client)
+    elapsed, measured, calls = run_workers(server, client, q, tasks, 1)
+    return {
+        "one_task_requests_per_s_1_worker": round(measured / elapsed),
+        "one_task_round_trips_per_task": round(calls / measured, 4),
+        "one_task_redis_us_per_task": round(
+            sum(v[1] - before.get(k, (0, 0))[1] for k, v in command_stats(client).items())
+            / measured,
+            1,
+        ),
+    }
+
+
+def bench_peer_workers(server: RedisServer, tasks: int) -> dict[str, Any]:
+    """The peers' own worker processing one-task jobs: one huey consumer (one thread), one
+    rq SimpleWorker (no fork per job), from the first job taken until none is left."""
+    env = os.environ | {"BENCH_REDIS_URL": server.url, "PYTHONPATH": str(ROOT)}
+    out: dict[str, Any] = {}
+    if HAVE_HUEY:
+        huey, task = make_huey(server.url)
+        for i in range(tasks):
+            task(i)
+        bin_dir = Path(sys.executable).parent
+        proc = subprocess.Popen(
+            [
+                str(bin_dir / "huey_consumer"),
+                "bench.peers.huey",
+                "-w",
+                "1",
+                "-k",
+                "thread",
+                "-n",
+                "-q",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            out["one_task_per_s_huey_1_worker"] = _drain_rate(huey.pending_count)
+        finally:
+            proc.terminate()
+            proc.wait(30)
+        huey.flush()
+    if HAVE_RQ:
+        n = min(tasks, 3_000)  # rq does many round trips a job
+        rq_queue = make_rq(server.url)
+        for i in range(n):
+            rq_queue.enqueue(noop, i, result_ttl=0)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "rq.cli",
+                "worker",
+                "--burst",
+                "-q",
+                "-w",
+                "rq.worker.SimpleWorker",
+                "-u",
+                server.url,
+                "bench",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            out["one_task_per_s_rq_1_worker"] = _drain_rate(lambda: rq_queue.count)
+        finally:
+            proc.kill() if proc.poll() is None else None
+            proc.wait(30)
+    return out
+
+
+def _drain_rate(pending: Any) -> int:
+    """Jobs per second a peer's worker (just started) takes from its queue until it is empty."""
+    total = pending()
+    wait_until(lambda: pending() < total, 60, "the peer's worker to start")
+    t0, p0 = time.perf_counter(), pending()
+    wait_until(lambda: pending() == 0, 600, "the peer's queue to drain")
+    return round(p0 / (time.perf_counter() - t0))
 
 
 def bench_latency(
@@ -172,58 +341,109 @@ def bench_latency(
     }
 
 
+def run_all(fsync: str, args: argparse.Namespace, only: set[str]) -> dict[str, Any]:
+    """Every chosen measure on one fresh redis-server with appendfsync `fsync`."""
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="qa-bench-") as tmp:
+        server = start_redis(Path(tmp), appendonly=True, fsync=fsync)
+        try:
+            client = redis.Redis.from_url(server.url, decode_responses=True)
+            if "single" in only:
+                results |= bench_single_submits(server, client, "b0", args.submits)
+            if "one_task" in only:
+                results |= bench_one_task_requests(server, client, "b5", args.one_task)
+                if args.peers:
+                    results |= bench_peer_workers(server, args.one_task)
+            if "enqueue" in only:
+                results |= bench_enqueue(client, "b1")
+            if "noop" in only:
+                results |= bench_throughput(server, client, "b2", args.tasks, 1)
+                results |= bench_throughput(server, client, "b3", args.tasks, 2)
+                results["round_trips_per_task"] = results["round_trips_per_task_1"]
+            if "latency" in only:
+                results |= bench_latency(server, client, "b4")
+            results["redis"] = client.info("server")["redis_version"]
+        finally:
+            server.stop()
+    return results
+
+
+def verdict(key: str, value: Any, results: dict[str, Any]) -> tuple[str, str]:
+    """(target shown, ok/MISSED/"") for one measure."""
+    target = TARGETS.get(key)
+    if target is None:
+        return "", ""
+    if target == "≥ huey":
+        peer = results.get("single_submits_per_s_huey")
+        return (target, "" if peer is None else ("ok" if value >= peer else "MISSED"))
+    lower = any(word in key for word in LOWER_IS_BETTER)
+    return f"{target:,}", "ok" if (value <= target if lower else value >= target) else "MISSED"
+
+
+def print_table(results: dict[str, Any]) -> None:
+    modes = [m for m in results if isinstance(results[m], dict)]
+    table = Table(
+        title=f"queueadmin queue benchmark ({results['machine']}, Redis {results['redis']})"
+    )
+    table.add_column("measure", no_wrap=True)
+    for mode in modes:
+        table.add_column(f"fsync {mode}", justify="right")
+        table.add_column("", justify="center")
+    table.add_column("target", justify="right")
+    keys: list[str] = []
+    for mode in modes:
+        keys += [
+            k for k in results[mode] if k not in keys and not isinstance(results[mode][k], list)
+        ]
+    for key in keys:
+        if key == "redis":
+            continue
+        row, shown = [key], ""
+        for mode in modes:
+            value = results[mode].get(key)
+            target, ok = verdict(key, value, results[mode]) if value is not None else ("", "")
+            shown = shown or target
+            row += ["" if value is None else f"{value:,}", ok]
+        table.add_row(*row, shown)
+    Console(stderr=True, width=140).print(table)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--tasks", type=int, default=200_000, help="no-op tasks per throughput run")
+    parser.add_argument("--submits", type=int, default=5_000, help="single submits per turn")
+    parser.add_argument("--one-task", type=int, default=20_000, help="one-task requests to process")
+    parser.add_argument(
+        "--fsync",
+        nargs="+",
+        default=["always", "everysec"],
+        choices=["always", "everysec"],
+        help="appendfsync modes to run under",
+    )
+    parser.add_argument(
+        "--only",
+        default=",".join(MEASURES),
+        help=f"comma-separated measures among {', '.join(MEASURES)}",
+    )
+    parser.add_argument(
+        "--no-peers",
+        dest="peers",
+        action="store_false",
+        help="skip the peers' workers (their submits are always measured)",
+    )
     parser.add_argument("--json-only", action="store_true")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="qa-bench-") as tmp:
-        server = start_redis(Path(tmp), appendonly=True, fsync="everysec")
-        try:
-            client = redis.Redis.from_url(server.url, decode_responses=True)
-            results: dict[str, Any] = {
-                "machine": f"{os.cpu_count()} cores",
-                "redis": client.info("server")["redis_version"],
-            }
-            results |= bench_enqueue(client, "b1")
-            results |= bench_throughput(server, client, "b2", args.tasks, 1)
-            results |= bench_throughput(server, client, "b3", args.tasks, 2)
-            results |= bench_latency(server, client, "b4")
-            results["round_trips_per_task"] = results["round_trips_per_task_1"]
-        finally:
-            server.stop()
+    only = set(args.only.split(","))
+    if unknown := only - set(MEASURES):
+        parser.error(f"unknown measure(s): {', '.join(sorted(unknown))}")
+    results: dict[str, Any] = {"machine": f"{os.cpu_count()} cores"}
+    for fsync in args.fsync:
+        results[fsync] = run_all(fsync, args, only)
+        results["redis"] = results[fsync].pop("redis")
     if not args.json_only:
-        table = Table(title="queueadmin queue benchmark")
-        table.add_column("measure")
-        table.add_column("result", justify="right")
-        table.add_column("target", justify="right")
-        table.add_column("", justify="center")
-        for key, value in results.items():
-            if isinstance(value, list):
-                continue
-            target = TARGETS.get(key)
-            ok = (
-                ""
-                if target is None
-                else (
-                    "ok"
-                    if (
-                        value <= target
-                        if "latency" in key or "round_trips" in key
-                        else value >= target
-                    )
-                    else "MISSED"
-                )
-            )
-            table.add_row(
-                key,
-                f"{value:,}" if isinstance(value, int | float) else str(value),
-                "" if target is None else f"{target:,}",
-                ok,
-            )
-        Console(stderr=True).print(table)
+        print_table(results)
     print(json.dumps(results, indent=2))
     return 0
 
