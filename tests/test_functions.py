@@ -13,9 +13,9 @@ import redis
 from redis.cluster import ClusterNode
 from redis.cluster import RedisCluster as ClusterClient
 
-from core.queue import Queue
+from core.queue import Queue, QueueError
 from core.queue.scripts import SCRIPT_NAMES, build, call, library, load
-from core.redis_server import RedisCluster, RedisServer, start_cluster
+from core.redis_server import RedisCluster, RedisServer, start_cluster, start_redis
 from tests.conftest import FakeClock
 
 HELPERS = "local X = 1\nlocal function begin(keys) end\n"
@@ -97,7 +97,7 @@ def test_the_library_is_loaded_once_and_again_after_redis_lost_it(
 ) -> None:
     redis_client.function_flush()  # the suite's own server: as after a restart without AOF
     before = function_loads(redis_client)
-    queue.submit([1, 2], request_id="r")
+    queue.submit([1, 2], request_id="r", handler="echo")
     other = Queue(
         redis.Redis.from_url(redis_server.url, decode_responses=True),
         "q",
@@ -120,10 +120,10 @@ def test_nothing_set_by_one_call_is_seen_by_the_next(
 ) -> None:
     a = Queue(redis_client, "a", prefix=prefix, clock=clock)
     b = Queue(redis_client, "b", prefix=prefix)  # the Redis server's clock
-    a.submit([1], request_id="r", max_attempts=2, backoff_ms=1000)
+    a.submit([1], request_id="r", max_attempts=2, backoff_ms=1000, handler="echo")
     a.fail(a.dequeue("w", 1)[0], "boom")
     clock.advance(5000)
-    b.submit([2], request_id="r")
+    b.submit([2], request_id="r", handler="echo")
     # b's dequeue promotes due retries of b (none) and takes b's task, on b's clock...
     [got] = b.dequeue("w", 5)
     assert (got.payload, got.request_id) == (2, "r")
@@ -194,7 +194,7 @@ def test_on_a_cluster_the_library_is_loaded_on_every_primary_and_reloaded_where_
     )
     asked = getkeys()
 
-    q.submit([1, 2, 3], request_id="r")
+    q.submit([1, 2, 3], request_id="r", handler="echo")
     for n in nodes:
         assert set(libraries(n)) == {library().name}
 
@@ -205,3 +205,20 @@ def test_on_a_cluster_the_library_is_loaded_on_every_primary_and_reloaded_where_
     assert q.state("r") == "done"
     assert getkeys() == asked  # calls are routed by their keys' slot, not by asking a node
     seed.close()
+
+
+def test_a_redis_without_functions_is_a_clear_error(tmp_path: Path, prefix: str) -> None:
+    """Redis before 7.0 has no FUNCTION/FCALL; a server with them renamed away answers the
+    same "unknown command". Producers and workers get a message naming the version needed."""
+    server = start_redis(tmp_path / "old", appendonly=False,
+                         extra=["--rename-command", "FCALL", "", "--rename-command", "FUNCTION",
+                                ""])
+    client = redis.Redis.from_url(server.url, decode_responses=True)
+    try:
+        q = Queue(client, "q", prefix=prefix)
+        for attempt in (q.prepare, lambda: q.submit([1], handler="noop")):
+            with pytest.raises(QueueError, match=r"needs Redis 7\.0 or newer"):
+                attempt()
+    finally:
+        client.close()
+        server.stop()

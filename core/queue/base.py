@@ -13,7 +13,7 @@ import redis
 from .errors import InvalidInput, RedisReplyError, RedisUnavailable
 from .keys import QueueKeys
 from .models import Lease
-from .scripts import call, library
+from .scripts import call, library, load
 
 MAX_PAYLOAD_BYTES = 64 * 1024
 
@@ -89,6 +89,12 @@ class QueueBase:
         with translated("time"):
             sec, usec = self.redis.time()
         return int(sec) * 1000 + int(usec) // 1000
+
+    def prepare(self) -> None:
+        """Load the engine into Redis now, so that an unreachable Redis or one too old for it
+        (before 7.0) is a clear error at start rather than at the first task."""
+        with translated("prepare"):
+            load(self.redis, self._library)
 
     def _run(self, name: str, args: Sequence[Any], extra_keys: Sequence[str] = ()) -> Any:
         with translated(name):

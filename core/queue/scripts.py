@@ -27,6 +27,8 @@ from typing import Any
 
 import redis
 
+from .errors import QueueError
+
 _INCLUDE = re.compile(r"^--@include (\w+)[ \t]*\n?", re.MULTILINE)
 LIBRARY_PREFIX = "qa"
 _NOT_FOUND = "Function not found"
@@ -118,9 +120,25 @@ def is_cluster(client: Any) -> bool:
     return hasattr(client, "nodes_manager")
 
 
+NEEDS_REDIS_7 = (
+    "queueadmin needs Redis 7.0 or newer: its engine is a Redis Functions library "
+    "(FUNCTION LOAD, FCALL). The server answered: {}"
+)
+
+
 def load(client: Any, lib: Library, node: Any = None) -> None:
     """FUNCTION LOAD REPLACE `lib` (same name, same text: replacing it changes nothing): on
-    every primary of a cluster, and on `node`, the one that answered "not found"."""
+    every primary of a cluster, and on `node`, the one that answered "not found". A server
+    without Functions (Redis < 7) is a QueueError saying so."""
+    try:
+        _load(client, lib, node)
+    except redis.ResponseError as exc:
+        if "unknown command" in str(exc).lower():
+            raise QueueError(NEEDS_REDIS_7.format(exc)) from exc
+        raise
+
+
+def _load(client: Any, lib: Library, node: Any) -> None:
     if not is_cluster(client):
         client.function_load(lib.text, replace=True)
         return
@@ -158,6 +176,8 @@ def call(client: Any, lib: Library, op: str, keys: Sequence[str], args: Sequence
     try:
         return client.execute_command("FCALL", fn, len(keys), *keys, *args)
     except redis.ResponseError as exc:
+        if "unknown command" in str(exc).lower():
+            raise QueueError(NEEDS_REDIS_7.format(exc)) from exc
         if not _not_found(exc):
             raise
     load(client, lib)

@@ -29,7 +29,7 @@ def run_worker(
     queues = [make_queue(n) for n in names]
     for q in queues:
         try:
-            q.now_ms()
+            q.prepare()
         except RedisUnavailable as exc:
             # At start, a clear error beats a worker that sits retrying a wrong URL;
             # an outage after start is retried (see Outage).
