@@ -75,6 +75,7 @@ local function handoff_key(consumer) return PREFIX .. 'handoff:' .. consumer end
 local HANDOFF_FRESH_MS = 1500  -- an idle registration older than this is not trusted
 local HANDOFF_MAX = 16  -- idle workers served by one call; the rest wake up and dequeue
 local function delayed_key(prio) return K_DELAYED .. ':' .. prio end
+local KEEP_WITH_DEAD_MS = 7 * 86400000  -- a finished request with dead letters, at least
 local PROMOTE_MAX = 100  -- due retries promoted per priority level by one call
 
 local NUMERIC = {'priority', 'concurrency', 'total', 'waiting', 'retry', 'leased', 'delayed',
@@ -308,6 +309,10 @@ local function maybe_complete(h, now)
   redis.call('HSET', req_key(h.id), 'finished_ms', now)
   sync_ready(h)
   local ttl = h.retention_ms
+  if h.dead > 0 then
+    -- Its dead letters can be requeued, which needs the request: kept at least a week.
+    ttl = math.max(ttl, KEEP_WITH_DEAD_MS)
+  end
   if h.dead == 0 then
     redis.call('DEL', stream_key(h.id), rel_key(h.id), deadmap_key(h.id))
   else
