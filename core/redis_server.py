@@ -12,8 +12,14 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+# Redis's appendfsync values. "always": the append-only file is fsynced before a write is
+# answered, so an acknowledged write survives a crash of redis-server or of the machine;
+# "everysec": once a second, so a crash can lose up to about a second of acknowledged writes.
+FSYNC_MODES = ("always", "everysec", "no")
 
 
 def free_port() -> int:
@@ -74,11 +80,15 @@ def start_redis(
     *,
     port: int | None = None,
     appendonly: bool = True,
-    fsync: str = "everysec",
+    fsync: str = "always",
     extra: list[str] | None = None,
     ready_timeout: float = 10.0,
+    pass_fds: Sequence[int] = (),
 ) -> RedisServer:
-    """Start redis-server on 127.0.0.1:`port` (a free one by default) and wait until it answers."""
+    """Start redis-server on 127.0.0.1:`port` (a free one by default) and wait until it answers.
+    `pass_fds` stay open in it (a lock it must hold for as long as it runs)."""
+    if fsync not in FSYNC_MODES:
+        raise ValueError(f"appendfsync must be one of {', '.join(FSYNC_MODES)}, not {fsync!r}")
     exe = shutil.which("redis-server")
     if exe is None:
         raise RuntimeError("redis-server is not installed (Debian: apt-get install redis-server)")
@@ -110,7 +120,8 @@ def start_redis(
     # Its own session: a Ctrl-C meant for the supervisor must not stop Redis before the
     # workers have released their tasks; whoever started it stops it, by PID.
     proc = subprocess.Popen(
-        args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True
+        args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True,
+        pass_fds=tuple(pass_fds),
     )
     server = RedisServer(port, data, proc)
     deadline = time.monotonic() + ready_timeout

@@ -1,10 +1,12 @@
 """`manage.py runstack` (what `make run` runs): the whole single-machine stack under one
 supervisor.
 
-Starts the project's own redis-server (unless REDIS_URL is set in the environment), prepares
-the database, static files and the admin user, then runs the services (gunicorn) as child
-processes, each in its own session. Ctrl-C or SIGTERM stops every child it started, by PID, in
-reverse order, and exits 0; a child that dies on its own stops the rest and fails.
+Takes the lock of the data directory (one stack per QA_VAR_DIR), starts the project's own
+redis-server (unless REDIS_URL is set in the environment), prepares the database, static files
+and the admin user, then runs the services (gunicorn, workers) as child processes, each in its
+own session. Ctrl-C, SIGINT, SIGTERM or SIGHUP (to this process, or SIGINT to the `make` that
+started it) stops every child it started, by PID, services first and Redis last, and exits 0;
+a child that dies on its own stops the rest and fails.
 """
 
 from __future__ import annotations
@@ -27,12 +29,20 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from core.conf import redacted
-from core.redis_server import start_redis
+from core.redis_server import pid_alive, start_redis
+from core.stack_lock import DataDirBusy, DataDirLock, lock_data_dir
 
 STOP_TIMEOUT_S = 10.0
 POLL_S = 0.5
 LISTEN_TIMEOUT_S = 30.0
 ADMIN_USERNAME = "admin"
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# What QA_REDIS_FSYNC may say, and what each promises (also in the README).
+FSYNC_CHOICES = {
+    "always": "an acknowledged write survives a crash of redis-server or of the machine",
+    "everysec": "a crash of redis-server or of the machine can lose up to about 1 s of "
+    "acknowledged writes",
+}
 
 
 @dataclass(frozen=True)
@@ -59,15 +69,24 @@ class Stack:
         self.var_dir = Path(settings.VAR_DIR)
         self.embedded_redis = bool(settings.EMBEDDED_REDIS)
         self.redis_url: str = settings.REDIS_URL
+        self.fsync: str = settings.EMBEDDED_REDIS_FSYNC
         self.children: list[Child] = []
         self.stop_requested = threading.Event()
         self.stop_signal: str | None = None
+        self.lock: DataDirLock | None = None
+        self.make_parent = MakeParent.find()
 
     # -- the steps ------------------------------------------------------------------------
 
     def run(self) -> None:
         """Start everything, supervise until a signal or a child's death, stop everything."""
-        previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        if self.embedded_redis and self.fsync not in FSYNC_CHOICES:
+            raise CommandError(
+                f"QA_REDIS_FSYNC must be 'always' (the default: {FSYNC_CHOICES['always']}) or "
+                f"'everysec' (faster: {FSYNC_CHOICES['everysec']}), not {self.fsync!r}"
+            )
+        self.lock = self._lock_data_dir()
+        previous = {s: signal.signal(s, self._on_signal) for s in STOP_SIGNALS}
         try:
             self._check_port_free(self.host, self.port, "PORT / HOST")
             if self.embedded_redis:
@@ -83,6 +102,7 @@ class Stack:
                 self._supervise()
         finally:
             self.stop_all()
+            self.lock.close()  # a redis-server that is still running keeps holding it
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         if self.stop_signal:
@@ -115,6 +135,22 @@ class Stack:
         ]
         return specs
 
+    def _lock_data_dir(self) -> DataDirLock:
+        try:
+            return lock_data_dir(self.var_dir)
+        except DataDirBusy as busy:
+            alive = {r: p for r, p in busy.holders.items() if pid_alive(p)}
+            held_by = ", ".join(f"{r} pid {p}" for r, p in alive.items()) or "a process"
+            raise CommandError(
+                f"another stack is using QA_VAR_DIR={self.var_dir} ({busy.path} is held by "
+                f"{held_by}). Stop that one first, or give this one a directory of its own: "
+                "QA_VAR_DIR=/some/other/dir"
+            ) from None
+        except OSError as exc:
+            raise CommandError(
+                f"cannot lock QA_VAR_DIR={self.var_dir}: {exc.strerror} ({exc.filename})"
+            ) from exc
+
     def _start_embedded_redis(self) -> None:
         port = int(settings.EMBEDDED_REDIS_PORT)
         self._check_port_free(
@@ -122,13 +158,21 @@ class Stack:
             hint="another `make run` may be running, or a redis-server left over from one",
         )
         try:
-            server = start_redis(self.var_dir / "redis", port=port, appendonly=True)
+            # It holds the data directory's lock too, so the lock lasts as long as the data is
+            # in use, even if this supervisor is killed and leaves it running.
+            assert self.lock is not None
+            server = start_redis(
+                self.var_dir / "redis", port=port, appendonly=True, fsync=self.fsync,
+                pass_fds=[self.lock.fd],
+            )
         except RuntimeError as exc:
             raise CommandError(f"could not start the embedded redis-server: {exc}") from exc
         self.children.append(Child("redis-server", server.process))
+        self.lock.record("redis-server", server.pid)
         self.redis_url = server.url
         self.out.write(
-            f"redis-server (pid {server.pid}) on {server.url}, data in {server.data_dir}\n"
+            f"redis-server (pid {server.pid}) on {server.url}, data in {server.data_dir}, "
+            f"appendfsync {self.fsync} ({FSYNC_CHOICES[self.fsync]})\n"
         )
 
     def _prepare(self) -> None:
@@ -194,7 +238,7 @@ class Stack:
         connect_host = "::1" if connect_host == "::" else connect_host
         deadline = time.monotonic() + LISTEN_TIMEOUT_S
         while not self.stop_requested.is_set():
-            self._check_children()
+            self._poll()
             try:
                 socket.create_connection((connect_host, self.port), timeout=0.5).close()
                 return True
@@ -209,7 +253,14 @@ class Stack:
 
     def _supervise(self) -> None:
         while not self.stop_requested.wait(POLL_S):
-            self._check_children()
+            self._poll()
+
+    def _poll(self) -> None:
+        self._check_children()
+        reason = self.make_parent.stop_reason() if self.make_parent else None
+        if reason:
+            self.stop_signal = reason
+            self.stop_requested.set()
 
     def _check_children(self) -> None:
         for child in self.children:
@@ -261,6 +312,54 @@ class Stack:
                     f"cannot use {host}:{port} for {what}: {exc.strerror}{extra}. "
                     "Stop what uses it, or choose another port."
                 ) from exc
+
+
+class MakeParent:
+    """The `make` this supervisor runs under (`make run`), watched for a SIGINT sent to it.
+
+    GNU make passes SIGTERM on to its children but not SIGINT: it expects the terminal to have
+    sent Ctrl-C's SIGINT to the whole foreground process group, so it only waits for its
+    children to exit, forever when they never got it (`kill -INT <pid of make>`). What it
+    does first is restore SIGINT's default action (so that it can kill itself with it once its
+    children are gone), which /proc shows: the signal leaves its set of caught signals. A make
+    that ignored SIGINT from the start (`make run &` in a script: the shell makes background
+    jobs ignore it) never sees it at all; nothing can be done about that here.
+    """
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    @staticmethod
+    def _catches_sigint(pid: int) -> bool | None:
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            return None
+        for line in status.splitlines():
+            if line.startswith("SigCgt:"):
+                return bool(int(line.split()[1], 16) >> (signal.SIGINT - 1) & 1)
+        return None
+
+    @classmethod
+    def find(cls) -> MakeParent | None:
+        """The parent process if it is a make that catches SIGINT now, else None."""
+        pid = os.getppid()
+        try:
+            name = Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            return None
+        if name not in ("make", "gmake") or not cls._catches_sigint(pid):
+            return None
+        return cls(pid)
+
+    def stop_reason(self) -> str | None:
+        """Why the stack must stop: make took a SIGINT (it no longer catches it), or it is
+        gone (killed: nothing would be left to stop the stack); None while it waits."""
+        if os.getppid() != self.pid:
+            return f"the exit of make (pid {self.pid})"
+        if self._catches_sigint(self.pid) is False:
+            return f"SIGINT (sent to make, pid {self.pid})"
+        return None
 
 
 def run_stack(

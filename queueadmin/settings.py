@@ -11,6 +11,7 @@ QA_ADMIN_PASSWORD  password `runstack` gives the "admin" user (default: generate
                var/admin_password)
 QA_VAR_DIR     where local state lives (default var/ in the checkout)
 QA_REDIS_PORT  port of the embedded redis-server (default 6390)
+QA_REDIS_FSYNC appendfsync of the embedded redis-server: always (default) or everysec
 QA_HANDLER_MODULES  comma-separated modules whose import registers task handlers, loaded by
                every `runworker` (besides core.worker.builtins)
 """
@@ -61,6 +62,8 @@ ALLOWED_HOSTS = _env_list("ALLOWED_HOSTS", "localhost,127.0.0.1")
 # The queue. Without REDIS_URL in the environment, the project-managed redis-server that
 # `runstack` (make run) starts on EMBEDDED_REDIS_PORT is used.
 EMBEDDED_REDIS_PORT = int(os.environ.get("QA_REDIS_PORT") or "6390")
+# Checked by `runstack`, which refuses anything but "always" and "everysec" with a message.
+EMBEDDED_REDIS_FSYNC = os.environ.get("QA_REDIS_FSYNC", "").strip() or "always"
 EMBEDDED_REDIS = not os.environ.get("REDIS_URL")
 REDIS_URL = os.environ.get("REDIS_URL") or f"redis://127.0.0.1:{EMBEDDED_REDIS_PORT}/0"
 QUEUE_PREFIX = os.environ.get("QUEUE_PREFIX") or "qa"

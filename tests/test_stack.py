@@ -1,11 +1,12 @@
 """`manage.py runstack` (make run) as a user runs it: a real process tree, real HTTP, and
-Ctrl-C / SIGTERM leaving nothing behind."""
+Ctrl-C / SIGINT / SIGTERM (to it or to `make run`) leaving nothing behind."""
 
 from __future__ import annotations
 
 import http.cookiejar
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,11 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import redis
 
-from core.redis_server import RedisServer, free_port, pid_alive
+from core.queue import Queue, introspect
+from core.redis_server import RedisServer, free_port, pid_alive, start_redis
 
 ROOT = Path(__file__).resolve().parent.parent
-pytestmark = pytest.mark.slow
+# A stack takes 2-3 s to start and stop; tests that take over ~5 s are marked slow.
 
 
 @dataclass
@@ -58,15 +61,18 @@ StartStack = Callable[..., Running]
 def start_stack(tmp_path: Path) -> Iterator[StartStack]:
     started: list[Running] = []
 
-    def start(**env: str) -> Running:
+    def start(*args: str, argv: list[str] | None = None, **env: str) -> Running:
+        """`manage.py runstack *args`, or `argv` (which runs it), with `env` on top of the
+        test's environment; every stack of one test shares one QA_VAR_DIR."""
         port = free_port()
         base = {
             k: v for k, v in os.environ.items()
-            if k not in ("REDIS_URL", "DATABASE_URL", "QA_ADMIN_PASSWORD", "SECRET_KEY")
+            if k not in ("REDIS_URL", "DATABASE_URL", "QA_ADMIN_PASSWORD", "SECRET_KEY",
+                         "QA_REDIS_FSYNC", "QUEUE_PREFIX")
         }
         var_dir = tmp_path / "var"
         process = subprocess.Popen(
-            [sys.executable, "manage.py", "runstack"],
+            argv or [sys.executable, "manage.py", "runstack", *args],
             cwd=ROOT, env={**base, "PORT": str(port), "HOST": "127.0.0.1",
                            "QA_VAR_DIR": str(var_dir), "PYTHONUNBUFFERED": "1", **env},
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -88,6 +94,10 @@ def start_stack(tmp_path: Path) -> Iterator[StartStack]:
         if running.process.poll() is None:
             os.killpg(running.process.pid, signal.SIGKILL)
             running.process.wait()
+        # Its children run in sessions of their own: killpg does not reach them.
+        for pid in re.findall(r"\(pid (\d+)\)", "".join(running.lines)):
+            if pid_alive(int(pid)):
+                os.kill(int(pid), signal.SIGKILL)
 
 
 def _opener() -> urllib.request.OpenerDirector:
@@ -123,6 +133,7 @@ def _gone(pid: int, timeout: float = 10) -> bool:
     return False
 
 
+@pytest.mark.slow
 def test_serves_the_console_and_sigint_stops_everything(
     start_stack: StartStack, redis_server: RedisServer
 ) -> None:
@@ -145,11 +156,27 @@ def test_serves_the_console_and_sigint_stops_everything(
     assert "stopped on SIGINT" in "".join(stack.lines)
 
 
-def test_embedded_redis_is_started_and_sigterm_stops_it(start_stack: StartStack) -> None:
-    stack = start_stack(QA_REDIS_PORT=str(free_port()), QA_ADMIN_PASSWORD="s3cret-pass")
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("setting", "fsync"), [(None, "always"), ("everysec", "everysec")], ids=["default", "everysec"]
+)
+def test_embedded_redis_is_started_and_sigterm_stops_it(
+    start_stack: StartStack, setting: str | None, fsync: str
+) -> None:
+    redis_port = free_port()
+    stack = start_stack(
+        QA_REDIS_PORT=str(redis_port), QA_ADMIN_PASSWORD="s3cret-pass",
+        **({"QA_REDIS_FSYNC": setting} if setting else {}),
+    )
     stack.wait_for_line(r"queueadmin is up")
     redis_pid, gunicorn = stack.pid_of("redis-server"), stack.pid_of("gunicorn")
+    client = redis.Redis(port=redis_port, decode_responses=True)
+    assert client.config_get("appendfsync") == {"appendfsync": fsync}
+    client.close()
     assert (stack.var_dir / "redis" / "appendonlydir").is_dir()  # appendonly yes, under var/
+    assert (stack.var_dir / "stack.lock").read_text().split() == [
+        f"runstack={stack.process.pid}", f"redis-server={redis_pid}",
+    ]
     assert not (stack.var_dir / "admin_password").exists()  # the password came from the env
     assert _get(_log_in(stack, "s3cret-pass"), stack.url("/"))[0] == 200
 
@@ -169,3 +196,122 @@ def test_a_child_that_dies_stops_the_rest_and_fails(start_stack: StartStack) -> 
     assert stack.process.wait(30) == 1
     assert _gone(redis_pid)
     stack.wait_for_line(r"gunicorn \(pid \d+\) exited with code -9")
+
+
+@pytest.mark.slow
+def test_a_second_stack_on_the_same_var_dir_is_refused_at_once(start_stack: StartStack) -> None:
+    first = start_stack(QA_REDIS_PORT=str(free_port()))
+    first.wait_for_line(r"queueadmin is up")
+    redis_pid = first.pid_of("redis-server")
+
+    second_redis_port = free_port()
+    second = start_stack(QA_REDIS_PORT=str(second_redis_port))  # other ports, same var/
+
+    assert second.process.wait(30) == 1
+    output = "".join(second.lines)
+    assert f"QA_VAR_DIR={first.var_dir}" in output
+    assert f"runstack pid {first.process.pid}" in output
+    assert f"redis-server pid {redis_pid}" in output
+    assert "Traceback" not in output and "redis-server (pid" not in output
+    with pytest.raises(redis.ConnectionError):  # no second redis-server on the data
+        redis.Redis(port=second_redis_port, socket_timeout=1).ping()
+    assert _get(_opener(), first.url("/admin/login/"))[0] == 200  # the first one goes on
+    first.process.send_signal(signal.SIGTERM)
+    assert first.process.wait(30) == 0
+
+
+def test_sighup_stops_everything_as_sigint_does(
+    start_stack: StartStack, redis_server: RedisServer
+) -> None:
+    """A closed terminal sends SIGHUP: the supervisor must not die alone, leaving its children
+    (each in a session of its own) running."""
+    stack = start_stack("--workers", "1", REDIS_URL=redis_server.url, QUEUE_PREFIX="stacktest")
+    stack.wait_for_line(r"queueadmin is up")
+    children = [stack.pid_of("gunicorn"), stack.pid_of("worker-1")]
+
+    stack.process.send_signal(signal.SIGHUP)
+
+    assert stack.process.wait(30) == 0
+    assert all(_gone(pid) for pid in children)
+    assert "stopped on SIGHUP" in "".join(stack.lines)
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")
+def test_sigint_to_make_run_stops_the_whole_stack(start_stack: StartStack) -> None:
+    """`kill -INT <pid of make run>`: make passes SIGTERM on to the supervisor, but not SIGINT
+    (it waits for its children instead); the supervisor must notice and stop everything."""
+    # The project's Makefile and its run recipe, without the install steps. The exec resets
+    # SIGINT to its default first: a make that inherits it ignored never sees one.
+    argv = [
+        sys.executable, "-c",
+        "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+        "os.execvp(sys.argv[1], sys.argv[1:])",
+        "make", "--no-print-directory", "-o", "system-deps", "-o", "install",
+        f"PY={sys.executable}", "run",
+    ]
+    stack = start_stack(argv=argv, QA_REDIS_PORT=str(free_port()))
+    stack.wait_for_line(r"queueadmin is up")
+    pids = [stack.pid_of(name) for name in ("redis-server", "gunicorn", "worker-1", "worker-2")]
+    supervisor = _children_of(stack.process.pid)
+    assert len(supervisor) == 1  # make runs the recipe itself, no shell between them
+
+    stack.process.send_signal(signal.SIGINT)
+
+    assert stack.process.wait(10) == -signal.SIGINT  # make ends as a Ctrl-C ends it
+    assert all(_gone(pid, timeout=1) for pid in [*supervisor, *pids])
+    assert "stopped on SIGINT (sent to make" in "".join(stack.lines)
+
+
+@pytest.mark.slow
+def test_sigint_to_the_supervisor_releases_running_tasks_before_redis_stops(
+    start_stack: StartStack,
+) -> None:
+    redis_port = free_port()
+    stack = start_stack("--workers", "1", QA_REDIS_PORT=str(redis_port), QUEUE_PREFIX="st")
+    stack.wait_for_line(r"queueadmin is up")
+    pids = [stack.pid_of(name) for name in ("redis-server", "gunicorn", "worker-1")]
+    stack.wait_for_line(r"worker started .*handlers=.*sleep")  # announced: submit takes it
+    url = f"redis://127.0.0.1:{redis_port}/0"
+    queue = Queue.from_url(url, "default", prefix="st")
+    sub = queue.submit([{"seconds": 60}], handler="sleep", max_attempts=1)
+    _until(lambda: introspect.stats(queue).leased == 1)
+    queue.redis.close()
+
+    stack.process.send_signal(signal.SIGINT)
+
+    # The worker's grace (7 s) runs out, it releases the task; Redis stops after that.
+    assert stack.process.wait(30) == 0
+    assert all(_gone(pid, timeout=1) for pid in pids)
+    output = "".join(stack.lines)
+    assert "released 1 tasks" in output and "stopped on SIGINT" in output
+    assert "Redis unavailable" not in output
+    # What Redis wrote to its append-only file: the task waits again, attempt not spent.
+    server = start_redis(stack.var_dir / "redis", appendonly=True)
+    try:
+        queue = Queue.from_url(server.url, "default", prefix="st")
+        after = introspect.stats(queue)
+        assert (after.leased, after.waiting, after.dead) == (0, 1, 0)
+        assert queue.state(sub.request_id) == "active"
+        queue.redis.close()
+    finally:
+        server.stop()
+
+
+def _children_of(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def _until(condition: Callable[[], bool], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)
