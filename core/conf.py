@@ -7,52 +7,50 @@ can change REDIS_URL / QUEUE_PREFIX and the next call follows.
 from __future__ import annotations
 
 import threading
-from urllib.parse import urlsplit, urlunsplit
+from typing import cast
 
 import redis
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from core.queue import Queue
+from core.queue import InvalidInput, Queue, RedisUnavailable
+from core.queue.connect import Client, connect, redacted, seeds
+
+__all__ = ["DEFAULT_QUEUE", "get_queue", "redacted", "redis_client"]
 
 DEFAULT_QUEUE = "default"
 CONNECT_TIMEOUT_S = 5.0
 
-_clients: dict[str, redis.Redis] = {}
+_clients: dict[str, Client] = {}
 _lock = threading.Lock()
 
 
-def redis_client(url: str | None = None) -> redis.Redis:
-    """One shared client (a connection pool) per Redis URL; settings.REDIS_URL by default."""
+def redis_client(url: str | None = None) -> Client:
+    """One shared client (connection pools) per Redis URL, settings.REDIS_URL by default: a
+    cluster client when the URL names a node, or several seed nodes, of a Redis Cluster."""
     url = url or settings.REDIS_URL
     with _lock:
         client = _clients.get(url)
-        if client is None:
-            try:
-                client = redis.Redis.from_url(
-                    url, decode_responses=True, socket_connect_timeout=CONNECT_TIMEOUT_S
-                )
-            except ValueError as exc:
-                raise ImproperlyConfigured(
-                    f"REDIS_URL {redacted(url)!r} is not a Redis URL ({exc}); "
-                    "expected redis://host:port/db, rediss://... or unix://..."
-                ) from exc
-            _clients[url] = client
-    return client
+    if client is not None:
+        return client
+    try:
+        client = connect(url, socket_connect_timeout=CONNECT_TIMEOUT_S)
+    except InvalidInput as exc:
+        raise ImproperlyConfigured(f"REDIS_URL {exc}") from exc
+    except RedisUnavailable:
+        # Not kept, so whether it is a cluster is asked again next time. Meanwhile a client
+        # of the first node makes the caller's first command fail as RedisUnavailable, where
+        # the caller handles it (the console's 503 page, the commands' message).
+        return connect(seeds(url)[0], cluster=False, socket_connect_timeout=CONNECT_TIMEOUT_S)
+    with _lock:
+        kept = _clients.setdefault(url, client)  # another thread may have connected first
+    if kept is not client:
+        client.close()
+    return kept
 
 
 def get_queue(name: str | None = None) -> Queue:
     """The queue `name` ("default" if None) on settings.REDIS_URL under settings.QUEUE_PREFIX."""
-    return Queue(redis_client(), name or DEFAULT_QUEUE, prefix=settings.QUEUE_PREFIX)
-
-
-def redacted(url: str) -> str:
-    """`url` with any password replaced by ***, for messages and logs."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+    # The cast until QueueBase's annotation names RedisCluster, which it already accepts.
+    client = cast(redis.Redis, redis_client())
+    return Queue(client, name or DEFAULT_QUEUE, prefix=settings.QUEUE_PREFIX)

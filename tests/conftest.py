@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import pytest
 import redis
 
 from core.queue import Queue
-from core.redis_server import RedisServer, start_redis
+from core.redis_server import RedisCluster, RedisServer, start_cluster, start_redis
 
 
 class FakeClock:
@@ -139,3 +140,47 @@ def wait_until() -> Any:
         return value
 
     return wait
+
+
+# -- Redis Cluster -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
+    """One 3-shard Redis Cluster for the session's cluster tests (about 2 s to start, on the
+    first test that asks), stopped by PID at the end."""
+    cluster = start_cluster(Path(tmp_path_factory.mktemp("cluster")))
+    yield cluster
+    cluster.stop()
+
+
+@dataclass(frozen=True)
+class ClusterLayout:
+    """Two queues of the suite's cluster on different shards, and a node holding neither."""
+
+    url: str  # REDIS_URL of the node that owns none of the queues' slots
+    queues: tuple[str, str]  # "default", then a queue on another shard
+    owners: dict[str, str]  # queue -> URL of the node that owns its slot
+
+
+@pytest.fixture(scope="session")
+def cluster_layout(redis_cluster: RedisCluster) -> ClusterLayout:
+    """Where queues live on the suite's cluster, from the slot table of its first node."""
+    from redis.crc import key_slot
+
+    host, port = redis_cluster.startup_nodes[0]
+    with redis.Redis(host=host, port=port, decode_responses=True) as r:
+        table = r.cluster("SLOTS")
+
+    def owner(queue: str) -> str:
+        slot = key_slot(queue.encode())  # every key of a queue carries the tag {queue}
+        (node,) = [n for lo, hi, n, *_ in table if int(lo) <= slot <= int(hi)]
+        return f"redis://{node[0]}:{node[1]}/0"
+
+    home = owner("default")
+    other = next(q for q in (f"q{i}" for i in range(100)) if owner(q) != home)
+    owners = {"default": home, other: owner(other)}
+    (bystander,) = {f"redis://{h}:{p}/0" for h, p in redis_cluster.startup_nodes} - {
+        home, owners[other]
+    }
+    return ClusterLayout(bystander, ("default", other), owners)

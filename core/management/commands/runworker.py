@@ -7,6 +7,7 @@ from argparse import ArgumentParser
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
 from core.conf import get_queue, redacted
@@ -78,5 +79,5 @@ class Command(BaseCommand):
                 f"{exc}\nREDIS_URL is {redacted(settings.REDIS_URL)}; start the stack with "
                 "`make run`, or set REDIS_URL to a running Redis."
             ) from exc
-        except (QueueError, ImportError) as exc:
+        except (QueueError, ImportError, ImproperlyConfigured) as exc:
             raise CommandError(str(exc)) from exc
