@@ -39,7 +39,8 @@ def run_stat(request: pytest.FixtureRequest) -> Stat:
 
 
 def _submit(*tasks: str, **options: Any) -> None:
-    submit(list(tasks), stdout=io.StringIO(), stderr=io.StringIO(), **options)
+    submit(list(tasks), handler="noop", any_handler=True, stdout=io.StringIO(),
+           stderr=io.StringIO(), **options)
 
 
 def test_json_reflects_a_submitted_request(run_stat: Stat, django_queue: Queue) -> None:

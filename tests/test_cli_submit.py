@@ -20,21 +20,36 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from core.cli.submit import submit
-from core.queue import Lease, Queue, introspect
+from core.queue import Lease, Queue, handlers, introspect
 from core.redis_server import RedisServer, free_port
 from tests.conftest import keys_under
 
 Submit = Callable[..., tuple[str, str]]
+OFFERED = ["echo", "noop", "spark"]
+
+
+@pytest.fixture(autouse=True)
+def workers_announced(redis_client: redis.Redis, prefix: str) -> None:
+    """The handlers a worker of queues "default" and "batch" would have announced."""
+    for name in ("default", "batch"):
+        handlers.announce(Queue(redis_client, name, prefix=prefix), "w1", OFFERED)
+
+
+def written(client: redis.Redis, prefix: str) -> list[str]:
+    """The keys a submit wrote: all of the test's keys but the workers' announcements."""
+    return [k for k in keys_under(client, prefix) if not k.endswith(":handlers")]
 
 
 def via_command(*tasks: str, **options: Any) -> tuple[str, str]:
     out, err = io.StringIO(), io.StringIO()
+    options.setdefault("handler", "noop")
     call_command("submit", *tasks, stdout=out, stderr=err, **options)
     return out.getvalue(), err.getvalue()
 
 
 def via_function(*tasks: str, **options: Any) -> tuple[str, str]:
     out, err = io.StringIO(), io.StringIO()
+    options.setdefault("handler", "noop")
     submit(list(tasks), stdout=out, stderr=err, **options)
     return out.getvalue(), err.getvalue()
 
@@ -130,7 +145,8 @@ def test_tasks_from_a_jsonl_file_skip_blank_lines_and_follow_the_arguments(
 
 def test_tasks_from_standard_input(django_queue: Queue) -> None:
     out = io.StringIO()
-    submit(file="-", stdin=io.StringIO('{"a": 1}\n{"a": 2}\n'), stdout=out, stderr=io.StringIO())
+    submit(file="-", stdin=io.StringIO('{"a": 1}\n{"a": 2}\n'), handler="noop", stdout=out,
+           stderr=io.StringIO())
 
     assert drain(django_queue, 2) == [{"a": 1}, {"a": 2}]
     assert out.getvalue().strip()
@@ -215,7 +231,7 @@ def test_timeout_without_wait_is_refused_before_submitting(
 ) -> None:
     with pytest.raises(CommandError, match="--timeout applies only with --wait"):
         run_submit("1", timeout=5)
-    assert keys_under(redis_client, prefix) == []
+    assert written(redis_client, prefix) == []
 
 
 # -- refusals: a clear message, and Redis untouched ------------------------------------------
@@ -230,7 +246,7 @@ def _big(n: int) -> str:
     [
         (["1"], {"priority": 150}, r"priority must be between 0 and 99, got 150"),
         (["1"], {"priority": -1}, r"priority must be between 0 and 99"),
-        (["1"], {"concurrency": 0}, r"concurrency must be at least 1"),
+        (["1"], {"concurrency": 0}, r"concurrency must be between 1 and 1000000"),
         (["1"], {"request_id": "a:b"}, r"invalid request id 'a:b'"),
         (["1"], {"request_id": "x{q}"}, r"invalid request id 'x\{q\}'"),
         (["1"], {"tenant": "a b"}, r"invalid tenant 'a b'"),
@@ -239,6 +255,10 @@ def _big(n: int) -> str:
         (["1", '[1, 2'], {}, r"argument 2 is not valid JSON"),
         ([], {}, r"nothing to submit"),
         (["1", _big(70_000)], {}, r"argument 2: the task is 70002 bytes; a task may hold at most"),
+        (["NaN"], {}, r"argument 1: NaN is not JSON \(JSON has no NaN or Infinity\); quote it"),
+        (["1", '{"x": [Infinity]}'], {}, r"argument 2: Infinity is not JSON"),
+        (["1", "[1e999]"], {}, r"argument 2: 1e999 is too large for a JSON number"),
+        (["1", str(2**64)], {}, r"argument 2: the task payload is not JSON-serialisable"),
     ],
 )
 def test_bad_input_is_a_command_error_and_changes_nothing(
@@ -252,7 +272,7 @@ def test_bad_input_is_a_command_error_and_changes_nothing(
 ) -> None:
     with pytest.raises(CommandError, match=message):
         run_submit(*tasks, **options)
-    assert keys_under(redis_client, prefix) == []
+    assert written(redis_client, prefix) == []
 
 
 @pytest.mark.parametrize(
@@ -261,6 +281,8 @@ def test_bad_input_is_a_command_error_and_changes_nothing(
         ('{"a": 1}\n{"a": 2}\n{"a": \n{"a": 4}\n', r"tasks.jsonl, line 3: not valid JSON"),
         ('{"a": 1}\n\n[1, 2] trailing\n', r"tasks.jsonl, line 3: not valid JSON"),
         ('{"a": 1}\n' + _big(70_000) + "\n", r"tasks.jsonl line 2: the task is 70002 bytes"),
+        ('{"a": 1}\n{"a": NaN}\n', r"tasks.jsonl, line 2: NaN is not JSON"),
+        ('{"a": 1}\n\n[-Infinity]\n', r"tasks.jsonl, line 3: -Infinity is not JSON"),
         ("", r"nothing to submit"),
     ],
 )
@@ -278,7 +300,7 @@ def test_a_bad_file_names_the_line_and_changes_nothing(
 
     with pytest.raises(CommandError, match=message):
         run_submit(file=str(path))
-    assert keys_under(redis_client, prefix) == []
+    assert written(redis_client, prefix) == []
 
 
 def test_a_file_that_is_not_utf8_names_the_line(
@@ -290,7 +312,7 @@ def test_a_file_that_is_not_utf8_names_the_line(
 
     with pytest.raises(CommandError, match=r"tasks.jsonl, line 2: not UTF-8"):
         run_submit(file=str(path))
-    assert keys_under(redis_client, prefix) == []
+    assert written(redis_client, prefix) == []
 
 
 def test_a_missing_file_is_named(
@@ -315,7 +337,7 @@ def test_unreachable_redis_names_the_url_and_how_to_start_it(
     assert f"cannot reach Redis at redis://:***@127.0.0.1:{url.rsplit(':', 1)[1]}" in message
     assert "secret" not in message
     assert "make run" in message and "REDIS_URL" in message
-    assert keys_under(redis_client, prefix) == []
+    assert written(redis_client, prefix) == []
 
 
 def test_a_malformed_redis_url_is_a_command_error(run_submit: Submit, settings: Any) -> None:
@@ -339,9 +361,12 @@ def _manage(args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
 def test_from_a_shell_errors_exit_non_zero_without_a_traceback(
     redis_server: RedisServer, redis_client: redis.Redis, prefix: str
 ) -> None:
-    down = _manage(["submit", "1"], REDIS_URL=f"redis://127.0.0.1:{free_port()}/0")
+    down = _manage(
+        ["submit", "1", "--handler", "noop"], REDIS_URL=f"redis://127.0.0.1:{free_port()}/0"
+    )
     bad = _manage(
-        ["submit", "1", "--priority", "100"], REDIS_URL=redis_server.url, QUEUE_PREFIX=prefix
+        ["submit", "1", "--handler", "noop", "--priority", "100"], REDIS_URL=redis_server.url,
+        QUEUE_PREFIX=prefix,
     )
     not_int = _manage(["submit", "1", "--priority", "high"], REDIS_URL=redis_server.url)
 
@@ -351,7 +376,7 @@ def test_from_a_shell_errors_exit_non_zero_without_a_traceback(
     for done in (down, bad, not_int):
         assert "Traceback" not in done.stderr
         assert done.stdout == ""
-    assert keys_under(redis_client, prefix) == []
+    assert written(redis_client, prefix) == []
 
 
 def test_from_a_shell_wait_on_a_failing_request_exits_non_zero(
@@ -362,7 +387,7 @@ def test_from_a_shell_wait_on_a_failing_request_exits_non_zero(
     consumer.start()
 
     done = _manage(
-        ["submit", "1", "--request-id", "sh1", "--wait", "--timeout", "30"],
+        ["submit", "1", "--handler", "noop", "--request-id", "sh1", "--wait", "--timeout", "30"],
         REDIS_URL=redis_server.url, QUEUE_PREFIX=prefix,
     )
 
@@ -370,3 +395,60 @@ def test_from_a_shell_wait_on_a_failing_request_exits_non_zero(
     assert done.returncode == 1
     assert done.stdout == "sh1\n"
     assert "request sh1 ended failed" in done.stderr and "Traceback" not in done.stderr
+
+
+# -- handlers: only one a worker announced, unless told otherwise ----------------------------
+
+
+def test_an_unknown_handler_is_refused_with_the_ones_the_workers_run(
+    run_submit: Submit, django_queue: Queue, redis_client: redis.Redis, prefix: str
+) -> None:
+    with pytest.raises(
+        CommandError,
+        match=r"no worker of queue default runs handler 'sparkk'; its workers run: echo, noop, "
+        r"spark\. Start a worker that registers it .* or pass --any-handler",
+    ):
+        run_submit("1", handler="sparkk")
+    assert written(redis_client, prefix) == []
+
+
+def test_a_missing_handler_is_refused_with_the_ones_the_workers_run(
+    run_submit: Submit, django_queue: Queue, redis_client: redis.Redis, prefix: str
+) -> None:
+    with pytest.raises(CommandError, match=r"give --handler NAME.*: echo, noop, spark$"):
+        run_submit("1", handler=None)
+    with pytest.raises(CommandError, match=r"give --handler NAME"):
+        run_submit("1", handler=None, any_handler=True)
+    assert written(redis_client, prefix) == []
+
+
+def test_a_queue_no_worker_announced_to_says_so(
+    run_submit: Submit, django_queue: Queue, redis_client: redis.Redis, prefix: str
+) -> None:
+    with pytest.raises(CommandError, match=r"no worker of it has announced any handler yet"):
+        run_submit("1", handler="noop", queue="fresh")
+    assert written(redis_client, prefix) == []
+
+
+def test_any_handler_submits_to_a_handler_no_worker_announced_yet_without_a_warning(
+    run_submit: Submit, django_queue: Queue, recwarn: pytest.WarningsRecorder
+) -> None:
+    out, err = run_submit("1", handler="later", any_handler=True, request_id="r")
+
+    assert (out, err) == ("r\n", "")
+    info = introspect.request(django_queue, "r")
+    assert info is not None and (info.handler, info.total) == ("later", 1)
+    assert [str(w.message) for w in recwarn] == []
+
+
+def test_from_a_shell_an_unknown_handler_exits_non_zero_and_any_handler_goes_through(
+    redis_server: RedisServer, redis_client: redis.Redis, prefix: str
+) -> None:
+    env = {"REDIS_URL": redis_server.url, "QUEUE_PREFIX": prefix}
+    refused = _manage(["submit", "1", "--handler", "nope"], **env)
+    accepted = _manage(["submit", "1", "--handler", "nope", "--any-handler",
+                        "--request-id", "a1"], **env)
+
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert "runs handler 'nope'; its workers run: echo, noop, spark" in refused.stderr
+    assert (accepted.returncode, accepted.stdout, accepted.stderr) == (0, "a1\n", "")

@@ -43,9 +43,10 @@ def test_every_operation_runs_on_a_cluster_and_queues_spread_over_shards(
 
     for q in queues:
         q.submit(
-            [1, 2, 3], request_id="r", priority=60, concurrency=2, max_attempts=1, lease_ms=1000
+            [1, 2, 3], request_id="r", priority=60, concurrency=2, max_attempts=1, lease_ms=1000,
+            handler="echo",
         )
-        q.open(request_id="s", priority=40)
+        q.open(request_id="s", priority=40, handler="echo")
         q.add("s", [4])
         q.seal("s")
         a, b = q.dequeue("w", 2)
@@ -68,5 +69,5 @@ def test_every_operation_runs_on_a_cluster_and_queues_spread_over_shards(
         assert q.wait("s", timeout=1) == "cancelled"
         stats = introspect.stats(q)
         assert (stats.waiting, stats.leased, stats.dead) == (0, 0, 0)
-        assert introspect.workers(q)[0].name == "w"
+        assert introspect.workers(q).items[0].name == "w"
         assert introspect.dead_letters(q) == []

@@ -12,15 +12,15 @@ from tests.conftest import FakeClock
 
 
 def test_priority_is_strict_between_levels(queue: Queue) -> None:
-    queue.submit(["low"] * 3, request_id="low", priority=10)
-    queue.submit(["high"] * 3, request_id="high", priority=90)
-    queue.submit(["mid"] * 3, request_id="mid", priority=50)
+    queue.submit(["low"] * 3, request_id="low", priority=10, handler="echo")
+    queue.submit(["high"] * 3, request_id="high", priority=90, handler="echo")
+    queue.submit(["mid"] * 3, request_id="mid", priority=50, handler="echo")
     order = [lease.payload for lease in queue.dequeue("w", 9)]
     assert order == ["high"] * 3 + ["mid"] * 3 + ["low"] * 3
 
 
 def test_concurrency_limit_holds_until_a_slot_frees(queue: Queue) -> None:
-    queue.submit(list(range(10)), request_id="r", concurrency=2)
+    queue.submit(list(range(10)), request_id="r", concurrency=2, handler="echo")
     first = queue.dequeue("w1", 10)
     assert len(first) == 2
     assert queue.dequeue("w2", 10) == []
@@ -29,15 +29,15 @@ def test_concurrency_limit_holds_until_a_slot_frees(queue: Queue) -> None:
 
 
 def test_a_full_request_lets_lower_priority_work_through(queue: Queue) -> None:
-    queue.submit(["high"] * 5, request_id="high", priority=90, concurrency=1)
-    queue.submit(["low"] * 5, request_id="low", priority=10)
+    queue.submit(["high"] * 5, request_id="high", priority=90, concurrency=1, handler="echo")
+    queue.submit(["low"] * 5, request_id="low", priority=10, handler="echo")
     assert [lease.payload for lease in queue.dequeue("w", 3)] == ["high", "low", "low"]
 
 
 def test_tenants_share_a_priority_level_in_turn(queue: Queue) -> None:
     for i in range(5):
-        queue.submit(["a"] * 4, request_id=f"a{i}", tenant="big")
-    queue.submit(["b"] * 4, request_id="b0", tenant="small")
+        queue.submit(["a"] * 4, request_id=f"a{i}", tenant="big", handler="echo")
+    queue.submit(["b"] * 4, request_id="b0", tenant="small", handler="echo")
     got = [queue.dequeue("w", 1)[0] for _ in range(8)]
     assert [lease.payload for lease in got].count("b") == 4
     big = [lease.request_id for lease in got if lease.payload == "a"]
@@ -45,7 +45,7 @@ def test_tenants_share_a_priority_level_in_turn(queue: Queue) -> None:
 
 
 def test_ack_is_accepted_once(queue: Queue) -> None:
-    queue.submit([1, 2], request_id="r")
+    queue.submit([1, 2], request_id="r", handler="echo")
     lease = queue.dequeue("w", 1)[0]
     queue.ack(lease)
     with pytest.raises(LeaseLost):
@@ -57,7 +57,7 @@ def test_ack_is_accepted_once(queue: Queue) -> None:
 def test_ack_after_lease_expiry_is_refused_even_before_the_reaper_runs(
     queue: Queue, clock: FakeClock
 ) -> None:
-    queue.submit([1], request_id="r", lease_ms=1000)
+    queue.submit([1], request_id="r", lease_ms=1000, handler="echo")
     lease = queue.dequeue("w", 1)[0]
     clock.advance(1001)
     with pytest.raises(LeaseLost):
@@ -77,7 +77,7 @@ def test_an_expired_lease_nothing_reaped_yet_is_renewed_not_run_twice(
 ) -> None:
     # Redis away (or the worker paused) longer than the lease: the first heartbeat after it
     # renews the lease instead of letting the reaper hand the running task to another worker.
-    queue.submit([1], request_id="r", lease_ms=1000)
+    queue.submit([1], request_id="r", lease_ms=1000, handler="echo")
     lease = queue.dequeue("w", 1)[0]
     clock.advance(5000)
     assert queue.extend([lease]) == [1]
@@ -89,7 +89,7 @@ def test_an_expired_lease_nothing_reaped_yet_is_renewed_not_run_twice(
 
 
 def test_a_reaped_lease_is_not_renewed(queue: Queue, clock: FakeClock) -> None:
-    queue.submit([1], request_id="r", lease_ms=1000)
+    queue.submit([1], request_id="r", lease_ms=1000, handler="echo")
     lease = queue.dequeue("w", 1)[0]
     clock.advance(1001)
     assert len(queue.reap()) == 1
@@ -97,7 +97,7 @@ def test_a_reaped_lease_is_not_renewed(queue: Queue, clock: FakeClock) -> None:
 
 
 def test_extension_keeps_a_slow_task_from_being_reaped(queue: Queue, clock: FakeClock) -> None:
-    queue.submit([1], request_id="r", lease_ms=1000)
+    queue.submit([1], request_id="r", lease_ms=1000, handler="echo")
     lease = queue.dequeue("w", 1)[0]
     for _ in range(10):
         clock.advance(600)
@@ -110,7 +110,8 @@ def test_extension_keeps_a_slow_task_from_being_reaped(queue: Queue, clock: Fake
 def test_failure_retries_with_exponential_backoff_then_dead_letters(
     queue: Queue, clock: FakeClock
 ) -> None:
-    queue.submit([{"x": 1}], request_id="r", max_attempts=3, backoff_ms=1000, backoff_max_ms=3000)
+    queue.submit([{"x": 1}], request_id="r", max_attempts=3, backoff_ms=1000, backoff_max_ms=3000,
+                 handler="echo")
     delays = []
     for attempt in (1, 2):
         lease = queue.dequeue("w", 1)[0]
@@ -136,7 +137,7 @@ def test_failure_retries_with_exponential_backoff_then_dead_letters(
 
 
 def test_dequeue_reports_when_the_next_retry_is_due(queue: Queue, clock: FakeClock) -> None:
-    queue.submit([1], request_id="r", backoff_ms=5000, backoff_max_ms=5000)
+    queue.submit([1], request_id="r", backoff_ms=5000, backoff_max_ms=5000, handler="echo")
     out = queue.fail(queue.dequeue("w", 1)[0], "e")
     _, leases, next_due = queue.ack_and_dequeue("w", 1)
     assert leases == [] and next_due == out.delay_ms
@@ -145,7 +146,7 @@ def test_dequeue_reports_when_the_next_retry_is_due(queue: Queue, clock: FakeClo
 
 
 def test_fail_without_retry_dead_letters_at_once(queue: Queue) -> None:
-    queue.submit([1, 2], request_id="r", max_attempts=5)
+    queue.submit([1, 2], request_id="r", max_attempts=5, handler="echo")
     out = queue.fail(queue.dequeue("w", 1)[0], "fatal", retry=False)
     assert (out.outcome, out.attempts) == ("dead", 1)
     queue.ack(queue.dequeue("w", 1)[0])
@@ -153,7 +154,7 @@ def test_fail_without_retry_dead_letters_at_once(queue: Queue) -> None:
 
 
 def test_fail_of_a_lost_lease_is_refused(queue: Queue) -> None:
-    queue.submit([1], request_id="r")
+    queue.submit([1], request_id="r", handler="echo")
     lease = queue.dequeue("w", 1)[0]
     queue.ack(lease)
     with pytest.raises(LeaseLost):
@@ -164,7 +165,7 @@ def test_fail_of_a_lost_lease_is_refused(queue: Queue) -> None:
 def test_reaping_after_the_last_attempt_dead_letters_naming_the_worker(
     queue: Queue, clock: FakeClock
 ) -> None:
-    queue.submit([1], request_id="r", max_attempts=1, lease_ms=500)
+    queue.submit([1], request_id="r", max_attempts=1, lease_ms=500, handler="echo")
     queue.dequeue("w-17", 1)
     clock.advance(501)
     [reaped] = queue.reap()
@@ -175,7 +176,7 @@ def test_reaping_after_the_last_attempt_dead_letters_naming_the_worker(
 
 
 def test_release_returns_work_without_spending_an_attempt(queue: Queue) -> None:
-    queue.submit([1], request_id="r", max_attempts=1)
+    queue.submit([1], request_id="r", max_attempts=1, handler="echo")
     lease = queue.dequeue("w", 1)[0]
     assert queue.release([lease]) == [1]
     assert queue.release([lease]) == [-1]
@@ -188,7 +189,7 @@ def test_release_returns_work_without_spending_an_attempt(queue: Queue) -> None:
 def test_ack_and_dequeue_is_one_round_trip_for_a_batch(
     queue: Queue, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    queue.submit(list(range(64)), request_id="r")
+    queue.submit(list(range(64)), request_id="r", handler="echo")
     _, batch, _ = queue.ack_and_dequeue("w", 32)
     assert len(batch) == 32
     sent: list[object] = []
@@ -209,13 +210,13 @@ def test_ack_and_dequeue_is_one_round_trip_for_a_batch(
 
 def test_wait_for_work_wakes_on_submit_and_times_out_when_idle(queue: Queue) -> None:
     assert queue.wait_for_work(0.05) is False
-    queue.submit([1])
+    queue.submit([1], handler="echo")
     assert queue.wait_for_work(1.0) is True
 
 
 def test_a_batch_of_acks_counts_each_task_once_across_requests(queue: Queue) -> None:
-    queue.submit(list(range(3)), request_id="a")
-    queue.submit(list(range(2)), request_id="b")
+    queue.submit(list(range(3)), request_id="a", handler="echo")
+    queue.submit(list(range(2)), request_id="b", handler="echo")
     leases = queue.dequeue("w", 5)
     tokens = [lease.lease for lease in leases]
     accepted = queue.ack_many([*tokens, tokens[0], "a/1-1/9", "not-a-lease"])
@@ -225,7 +226,7 @@ def test_a_batch_of_acks_counts_each_task_once_across_requests(queue: Queue) -> 
 
 
 def test_ack_many_takes_more_leases_than_one_script_call_can(queue: Queue) -> None:
-    queue.submit(list(range(2500)), request_id="r")
+    queue.submit(list(range(2500)), request_id="r", handler="echo")
     leases = [lease for _ in range(3) for lease in queue.dequeue("w", 1000)]
     assert queue.ack_many(leases) == [True] * 2500
     assert queue.state("r") == "done"
@@ -241,7 +242,7 @@ def test_ack_and_dequeue_refuses_reserved_names_and_bad_lease_lengths(
 ) -> None:
     """Was: "~waiting" was accepted as a consumer (the engine's own pseudo-consumer), and a
     lease of 1e16 ms later broke an unrelated producer's submit after it wrote its request."""
-    queue.submit([1], request_id="r")
+    queue.submit([1], request_id="r", handler="echo")
     with pytest.raises(InvalidInput):
         queue.ack_and_dequeue(consumer, count, lease_ms=lease_ms)
     with pytest.raises(InvalidInput):

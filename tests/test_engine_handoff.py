@@ -20,7 +20,7 @@ def go_idle(queue: Queue, consumer: str, lease_ms: int = 5000) -> None:
 
 def test_an_idle_worker_is_handed_new_work_directly(queue: Queue, clock: FakeClock) -> None:
     go_idle(queue, "w1", lease_ms=5000)
-    queue.submit([{"n": 1}], request_id="r")
+    queue.submit([{"n": 1}], request_id="r", handler="echo")
     woken = wait_for_any([queue], 1.0, consumer="w1")
     assert woken is not None
     q, [lease] = woken
@@ -36,7 +36,7 @@ def test_a_plain_dequeue_does_not_register_for_handoff(
     queue: Queue, redis_client: redis.Redis
 ) -> None:
     assert queue.dequeue("w1", 4) == []
-    queue.submit([1], request_id="r")
+    queue.submit([1], request_id="r", handler="echo")
     assert redis_client.llen(queue.keys.handoff("w1")) == 0
     assert [lease.payload for lease in queue.dequeue("w2", 1)] == [1]
 
@@ -44,8 +44,9 @@ def test_a_plain_dequeue_does_not_register_for_handoff(
 def test_handoff_takes_the_highest_priority_work_first(queue: Queue) -> None:
     for i in range(17):
         go_idle(queue, f"w{i}")
-    queue.submit(["high"] * 20, request_id="high", priority=90)  # 16 handed over, 4 wait
-    queue.submit(["low"], request_id="low", priority=10)  # the 17th gets high, not low
+    # 16 handed over, 4 wait; the 17th gets high, not low
+    queue.submit(["high"] * 20, request_id="high", priority=90, handler="echo")
+    queue.submit(["low"], request_id="low", priority=10, handler="echo")
     handed = [lease.payload for i in range(17) for lease in queue.leave_idle(f"w{i}", 5000)]
     assert handed == ["high"] * 17
     assert [lease.payload for lease in queue.dequeue("x", 5)] == ["high"] * 3 + ["low"]
@@ -54,8 +55,8 @@ def test_handoff_takes_the_highest_priority_work_first(queue: Queue) -> None:
 def test_work_made_eligible_together_is_handed_over_by_priority(
     queue: Queue, clock: FakeClock
 ) -> None:
-    queue.submit([1], request_id="a-low", priority=10, lease_ms=100)
-    queue.submit([1], request_id="b-high", priority=90, lease_ms=100)
+    queue.submit([1], request_id="a-low", priority=10, lease_ms=100, handler="echo")
+    queue.submit([1], request_id="b-high", priority=90, lease_ms=100, handler="echo")
     assert len(queue.dequeue("w1", 2)) == 2
     go_idle(queue, "w2", lease_ms=0)
     clock.advance(101)
@@ -66,7 +67,7 @@ def test_work_made_eligible_together_is_handed_over_by_priority(
 def test_a_stale_idle_registration_is_not_trusted(queue: Queue, clock: FakeClock) -> None:
     go_idle(queue, "gone")
     clock.advance(1501)  # it did not come back to renew its registration: maybe dead
-    queue.submit([1], request_id="r")
+    queue.submit([1], request_id="r", handler="echo")
     assert queue.leave_idle("gone", 5000) == []
     assert len(queue.dequeue("alive", 1)) == 1
 
@@ -74,7 +75,7 @@ def test_a_stale_idle_registration_is_not_trusted(queue: Queue, clock: FakeClock
 def test_the_concurrency_limit_holds_for_handoffs(queue: Queue) -> None:
     for i in range(3):
         go_idle(queue, f"w{i}")
-    queue.submit(list(range(5)), request_id="r", concurrency=2)
+    queue.submit(list(range(5)), request_id="r", concurrency=2, handler="echo")
     handed = [lease for i in range(3) for lease in queue.leave_idle(f"w{i}", 5000)]
     assert len(handed) == 2
     info = introspect.request(queue, "r")
@@ -83,10 +84,10 @@ def test_the_concurrency_limit_holds_for_handoffs(queue: Queue) -> None:
 
 def test_leaving_idle_returns_what_was_handed_over_for_release(queue: Queue) -> None:
     go_idle(queue, "w1")
-    queue.submit([1], request_id="r", max_attempts=1)
+    queue.submit([1], request_id="r", max_attempts=1, handler="echo")
     [lease] = queue.leave_idle("w1", 5000)
     assert queue.release([lease]) == [1]
-    queue.submit([2], request_id="s")  # no longer idle: nothing is handed over
+    queue.submit([2], request_id="s", handler="echo")  # no longer idle: nothing is handed over
     assert queue.leave_idle("w1", 5000) == []
     again = queue.dequeue("w2", 2)
     assert sorted(lease.payload for lease in again) == [1, 2]
@@ -96,7 +97,7 @@ def test_leaving_idle_returns_what_was_handed_over_for_release(queue: Queue) -> 
 def test_retries_promoted_by_a_dequeue_go_to_it_first_then_to_idle_workers(
     queue: Queue, clock: FakeClock
 ) -> None:
-    queue.submit([1, 2], request_id="r", backoff_ms=1000, backoff_max_ms=1000)
+    queue.submit([1, 2], request_id="r", backoff_ms=1000, backoff_max_ms=1000, handler="echo")
     delays = [queue.fail(lease, "flaky").delay_ms for lease in queue.dequeue("w1", 2)]
     go_idle(queue, "w2")
     clock.advance(max(delays))
@@ -121,7 +122,8 @@ def test_an_idle_worker_blocked_on_both_lists_gets_its_handed_task_not_a_token(
     blocked.start()
     wait_until(lambda: any(c.get("cmd") == "blpop" for c in redis_client.client_list()),
                what="the worker to block")
-    queue.submit([{"seconds": 12}] * 4, request_id="r", concurrency=2)  # work is left over
+    # work is left over
+    queue.submit([{"seconds": 12}] * 4, request_id="r", concurrency=2, handler="echo")
     blocked.join(5)
     assert woken and woken[0] is not None and len(woken[0][1]) == 1, woken
     assert redis_client.llen(queue.keys.wake) == 1  # the rest is for another worker
@@ -131,7 +133,7 @@ def test_a_handed_task_left_on_the_list_comes_back_with_the_next_dequeue_renewed
     queue: Queue, redis_client: redis.Redis, clock: FakeClock
 ) -> None:
     go_idle(queue, "w1", lease_ms=2000)
-    queue.submit([1, 2], request_id="r", concurrency=1)
+    queue.submit([1, 2], request_id="r", concurrency=1, handler="echo")
     assert redis_client.llen(queue.keys.handoff("w1")) == 1
     clock.advance(1500)
     # The worker was woken by something else and dequeues: its handed task comes first,
@@ -150,7 +152,7 @@ def test_a_handed_task_reaped_before_pickup_is_not_delivered(
     queue: Queue, redis_client: redis.Redis, clock: FakeClock
 ) -> None:
     go_idle(queue, "w1", lease_ms=1000)
-    queue.submit([1], request_id="r", concurrency=1)
+    queue.submit([1], request_id="r", concurrency=1, handler="echo")
     clock.advance(1001)
     assert [r.outcome for r in queue.reap()] == ["waiting"]
     _, leases, _ = queue.ack_and_dequeue("w1", 1, lease_ms=1000, idle_handoff=True)
@@ -162,11 +164,12 @@ def test_many_due_low_priority_retries_never_pass_over_a_due_high_one(
 ) -> None:
     """Was: 100 due retries promoted per call, earliest first, whatever their priority."""
     queue.submit(list(range(150)), request_id="low", priority=10, backoff_ms=100,
-                 backoff_max_ms=100)
+                 backoff_max_ms=100, handler="echo")
     for lease in queue.dequeue("w", 150):
         queue.fail(lease, "flaky")
     clock.advance(60)
-    queue.submit(["hi"], request_id="high", priority=90, backoff_ms=100, backoff_max_ms=100)
+    queue.submit(["hi"], request_id="high", priority=90, backoff_ms=100, backoff_max_ms=100,
+                 handler="echo")
     [hi] = queue.dequeue("w", 1)
     assert hi.request_id == "high"
     queue.fail(hi, "flaky")
@@ -179,10 +182,10 @@ def test_promotion_stops_at_a_priority_with_more_due_than_one_call_promotes(
     queue: Queue, clock: FakeClock
 ) -> None:
     queue.submit(list(range(130)), request_id="mid", priority=50, backoff_ms=10,
-                 backoff_max_ms=10)
+                 backoff_max_ms=10, handler="echo")
     for lease in queue.dequeue("w", 130):
         queue.fail(lease, "flaky")
-    queue.submit(["low"], request_id="low", priority=10)
+    queue.submit(["low"], request_id="low", priority=10, handler="echo")
     clock.advance(20)
     got = queue.dequeue("w", 200)
     # 100 of "mid" promoted; "low" must wait while 30 due "mid" retries are not yet promoted.
@@ -195,10 +198,11 @@ def test_promotion_stops_at_a_priority_with_more_due_than_one_call_promotes(
 def test_the_idle_handoff_promotes_due_retries_first(queue: Queue, clock: FakeClock) -> None:
     """Was: a handoff never promoted due retries, so new low-priority work went to the idle
     worker while a high-priority retry was due."""
-    queue.submit(["hi"], request_id="high", priority=90, backoff_ms=100, backoff_max_ms=100)
+    queue.submit(["hi"], request_id="high", priority=90, backoff_ms=100, backoff_max_ms=100,
+                 handler="echo")
     queue.fail(queue.dequeue("w", 1)[0], "flaky")
     go_idle(queue, "w1")
     clock.advance(200)  # the retry is due; w1's registration is still fresh
-    queue.submit(["low"], request_id="low", priority=10)
+    queue.submit(["low"], request_id="low", priority=10, handler="echo")
     assert [x.request_id for x in queue.leave_idle("w1", 5000)] == ["high"]
     assert [x.request_id for x in queue.dequeue("w2", 2)] == ["low"]

@@ -27,7 +27,7 @@ def completions(redis_client: redis.Redis, queue: Queue, rid: str) -> list[str]:
 
 
 def test_completion_is_stored_then_announced_to_a_waiter(queue: Queue) -> None:
-    queue.submit([1, 2], request_id="r")
+    queue.submit([1, 2], request_id="r", handler="echo")
     leases = queue.dequeue("w", 2)
     result: list[str | None] = []
     waiter = threading.Thread(target=lambda: result.append(queue.wait("r", timeout=10)))
@@ -41,7 +41,7 @@ def test_completion_is_stored_then_announced_to_a_waiter(queue: Queue) -> None:
 
 
 def test_a_late_waiter_still_sees_the_completion(queue: Queue, redis_client: redis.Redis) -> None:
-    queue.submit([1], request_id="r")
+    queue.submit([1], request_id="r", handler="echo")
     queue.ack(queue.dequeue("w", 1)[0])
     assert queue.wait("r", timeout=0) == "done"
     assert completions(redis_client, queue, "r") == ["done"]
@@ -50,14 +50,14 @@ def test_a_late_waiter_still_sees_the_completion(queue: Queue, redis_client: red
 
 
 def test_wait_times_out_on_a_running_request(queue: Queue) -> None:
-    queue.submit([1], request_id="r")
+    queue.submit([1], request_id="r", handler="echo")
     assert queue.wait("r", timeout=0.05) is None
 
 
 def test_cancel_drops_waiting_and_delayed_and_flags_running_tasks(
     queue: Queue, redis_client: redis.Redis
 ) -> None:
-    queue.submit(list(range(6)), request_id="r", concurrency=2, backoff_ms=60_000)
+    queue.submit(list(range(6)), request_id="r", concurrency=2, backoff_ms=60_000, handler="echo")
     a, b = queue.dequeue("w", 2)
     queue.fail(a, "transient")  # now delayed
     result = queue.cancel("r")
@@ -79,7 +79,7 @@ def test_cancel_drops_waiting_and_delayed_and_flags_running_tasks(
 
 
 def test_a_running_task_of_a_cancelled_request_may_still_finish(queue: Queue) -> None:
-    queue.submit([1, 2], request_id="r", concurrency=1)
+    queue.submit([1, 2], request_id="r", concurrency=1, handler="echo")
     lease = queue.dequeue("w", 1)[0]
     queue.cancel("r")
     queue.ack(lease)
@@ -90,7 +90,7 @@ def test_a_running_task_of_a_cancelled_request_may_still_finish(queue: Queue) ->
 def test_cancel_is_idempotent_and_closes_an_open_request(
     queue: Queue, redis_client: redis.Redis
 ) -> None:
-    queue.open(request_id="o")
+    queue.open(request_id="o", handler="echo")
     queue.add("o", [1])
     assert queue.cancel("o").state == "cancelled"
     assert queue.cancel("o").state == "cancelled"
@@ -104,7 +104,7 @@ def test_cancel_is_idempotent_and_closes_an_open_request(
 def test_requeue_by_dead_letter_id_reopens_a_failed_request(
     queue: Queue, redis_client: redis.Redis
 ) -> None:
-    queue.submit([1, 2], request_id="r", max_attempts=1)
+    queue.submit([1, 2], request_id="r", max_attempts=1, handler="echo")
     for lease in queue.dequeue("w", 2):
         queue.fail(lease, "boom")
     assert queue.state("r") == "failed"
@@ -124,7 +124,7 @@ def test_requeue_by_dead_letter_id_reopens_a_failed_request(
 
 
 def test_requeue_refuses_cancelled_and_unknown_requests(queue: Queue) -> None:
-    queue.submit([1, 2], request_id="r", max_attempts=1, concurrency=1)
+    queue.submit([1, 2], request_id="r", max_attempts=1, concurrency=1, handler="echo")
     queue.fail(queue.dequeue("w", 1)[0], "boom")
     queue.cancel("r")
     with pytest.raises(RequestCancelled):
@@ -135,7 +135,7 @@ def test_requeue_refuses_cancelled_and_unknown_requests(queue: Queue) -> None:
 
 
 def test_claim_moves_a_leased_task_and_voids_the_old_lease(queue: Queue, clock: FakeClock) -> None:
-    queue.submit([{"k": 1}], request_id="r", max_attempts=1)
+    queue.submit([{"k": 1}], request_id="r", max_attempts=1, handler="echo")
     old = queue.dequeue("stuck", 1)[0]
     new = queue.claim("r", old.task_id, "rescuer")
     assert (new.payload, new.attempt, new.task_id) == ({"k": 1}, 1, old.task_id)
@@ -148,7 +148,7 @@ def test_claim_moves_a_leased_task_and_voids_the_old_lease(queue: Queue, clock: 
 
 
 def test_release_task_puts_a_leased_task_back_and_refuses_one_not_leased(queue: Queue) -> None:
-    queue.submit([1, 2], request_id="r", concurrency=1)
+    queue.submit([1, 2], request_id="r", concurrency=1, handler="echo")
     lease = queue.dequeue("w", 1)[0]
     assert queue.release_task("r", lease.task_id) == "w"
     with pytest.raises(NotLeased):
@@ -159,11 +159,11 @@ def test_release_task_puts_a_leased_task_back_and_refuses_one_not_leased(queue: 
 
 
 def test_stats_requests_and_pending_views(queue: Queue, clock: FakeClock) -> None:
-    queue.submit([1, 2, 3], request_id="a", priority=70, concurrency=1)
+    queue.submit([1, 2, 3], request_id="a", priority=70, concurrency=1, handler="echo")
     clock.advance(1)
-    queue.submit([1], request_id="b", priority=20, max_attempts=1)
+    queue.submit([1], request_id="b", priority=20, max_attempts=1, handler="echo")
     clock.advance(1)
-    queue.open(request_id="c")
+    queue.open(request_id="c", handler="echo")
     lease_a = queue.dequeue("w", 1)[0]
     queue.fail(queue.dequeue("w", 1)[0], "boom")
     stats = introspect.stats(queue)
@@ -191,7 +191,7 @@ def test_stats_requests_and_pending_views(queue: Queue, clock: FakeClock) -> Non
 def test_requests_are_paged_newest_first(queue: Queue, clock: FakeClock) -> None:
     for i in range(5):
         clock.advance(10)
-        queue.submit([1], request_id=f"r{i}")
+        queue.submit([1], request_id=f"r{i}", handler="echo")
     seen, cursor = [], None
     while True:
         page, cursor = introspect.requests(queue, "active", after=cursor, limit=2)
@@ -204,13 +204,13 @@ def test_requests_are_paged_newest_first(queue: Queue, clock: FakeClock) -> None
 def test_heartbeat_registers_the_worker_and_renews_its_leases(
     queue: Queue, clock: FakeClock
 ) -> None:
-    queue.submit([1], request_id="r", lease_ms=1000)
+    queue.submit([1], request_id="r", lease_ms=1000, handler="echo")
     lease = queue.dequeue("w1", 1)[0]
     clock.advance(900)
     assert queue.heartbeat("w1", {"host": "h", "pid": 42}, [lease]) == [1]
     clock.advance(900)
     assert queue.reap() == []
-    [worker] = introspect.workers(queue)
+    [worker] = introspect.workers(queue).items
     assert (worker.name, worker.last_beat_ms, worker.info) == (
         "w1",
         clock.now - 900,
@@ -218,7 +218,7 @@ def test_heartbeat_registers_the_worker_and_renews_its_leases(
     )
     assert introspect.stats(queue).workers == 1
     queue.unregister("w1")
-    assert introspect.workers(queue) == []
+    assert introspect.workers(queue).items == []
 
 
 def test_every_script_documents_its_contract() -> None:

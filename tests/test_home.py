@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from django.test import Client
 
 from core.queue import Queue
 from core.redis_server import free_port
+
+pytestmark = pytest.mark.filterwarnings("ignore::core.queue.errors.UnknownHandlerWarning")
 
 
 def test_anonymous_visitors_are_sent_to_log_in(client: Client, django_queue: Queue) -> None:
@@ -20,8 +23,8 @@ def test_anonymous_visitors_are_sent_to_log_in(client: Client, django_queue: Que
 def test_logged_in_the_page_shows_the_queue_stats(
     admin_client: Client, django_queue: Queue
 ) -> None:
-    django_queue.submit(list(range(7)), priority=80)
-    django_queue.submit([1, 2])
+    django_queue.submit(list(range(7)), priority=80, handler="echo")
+    django_queue.submit([1, 2], handler="echo")
     django_queue.dequeue("w", 1)
 
     response = admin_client.get("/")

@@ -217,9 +217,9 @@ class QueueMachine(RuleBasedStateMachine):
         n = max(n, 1) if seal else n
         payloads = self._payloads(rid, n)
         if n == 0:
-            res = q.open(request_id=rid, **opts)
+            res = q.open(request_id=rid, **opts, handler="echo")
         else:
-            res = q.submit(payloads, request_id=rid, seal=seal, **opts)
+            res = q.submit(payloads, request_id=rid, seal=seal, **opts, handler="echo")
         existing = m.requests.get(rid)
         if existing:
             assert res == Submitted(rid, False, existing.state, len(existing.tasks))
@@ -646,9 +646,10 @@ def test_state_machine(redis_server: RedisServer) -> None:
 
 def test_fair_share_rotates_tenants_then_requests(queue: Queue) -> None:
     """Tenant A with 10 requests does not crowd out tenant B with one; A's requests rotate."""
-    a = [queue.submit([{"i": i} for i in range(20)], request_id=f"a{j}", tenant="A").request_id
+    a = [queue.submit([{"i": i} for i in range(20)], request_id=f"a{j}", tenant="A",
+                      handler="echo").request_id
          for j in range(10)]
-    queue.submit([{"i": i} for i in range(20)], request_id="b0", tenant="B")
+    queue.submit([{"i": i} for i in range(20)], request_id="b0", tenant="B", handler="echo")
     got = [queue.dequeue("w1", 1)[0].request_id for _ in range(20)]
     tenants = ["B" if rid == "b0" else "A" for rid in got]
     assert Counter(tenants) == {"A": 10, "B": 10}
@@ -659,8 +660,9 @@ def test_fair_share_rotates_tenants_then_requests(queue: Queue) -> None:
 
 @pytest.mark.parametrize("batch", [1, 3, 4, 10])
 def test_higher_priority_drains_first(queue: Queue, batch: int) -> None:
-    low = queue.submit([{"i": i} for i in range(7)], request_id="low", priority=10)
-    high = queue.submit([{"i": i} for i in range(7)], request_id="high", priority=90)
+    low = queue.submit([{"i": i} for i in range(7)], request_id="low", priority=10, handler="echo")
+    high = queue.submit([{"i": i} for i in range(7)], request_id="high", priority=90,
+                        handler="echo")
     order = []
     while leases := queue.dequeue("w1", batch):
         order += [x.request_id for x in leases]
@@ -672,7 +674,7 @@ def test_higher_priority_drains_first(queue: Queue, batch: int) -> None:
 
 def test_refused_ack_is_not_counted_done(queue: Queue) -> None:
     """Fixed in c92eef7: dequeue.lua added every ack, refused ones too, to stats "done"."""
-    queue.submit([1], request_id="r")
+    queue.submit([1], request_id="r", handler="echo")
     [lease] = queue.dequeue("w1")
     queue.ack(lease)
     with pytest.raises(LeaseLost):
@@ -682,7 +684,7 @@ def test_refused_ack_is_not_counted_done(queue: Queue) -> None:
 
 def test_requeue_and_claim_on_a_finished_request(queue: Queue) -> None:
     """Fixed in 2b9e4a5: its stream is deleted, and XPENDING on it raised NOGROUP."""
-    queue.submit([1], request_id="r")
+    queue.submit([1], request_id="r", handler="echo")
     lease = queue.dequeue("w1")[0]
     queue.ack(lease)
     assert queue.state("r") == "done"
@@ -697,8 +699,8 @@ def test_idle_worker_is_not_handed_lower_priority_work(queue: Queue, clock: Fake
     """Fixed in 83bda34: a handoff ran as each request became eligible inside a script, so a
     reap (or batched ack, release, requeue) handed an idle worker the low-priority task it
     met first while a high-priority one became eligible later in the same script."""
-    queue.submit([1], request_id="a-low", priority=10, lease_ms=100)
-    queue.submit([1], request_id="b-high", priority=90, lease_ms=100)
+    queue.submit([1], request_id="a-low", priority=10, lease_ms=100, handler="echo")
+    queue.submit([1], request_id="b-high", priority=90, lease_ms=100, handler="echo")
     assert len(queue.dequeue("w1", 2)) == 2
     assert queue.ack_and_dequeue("w2", 1, idle_handoff=True)[1] == []  # w2 idle
     clock.advance(101)

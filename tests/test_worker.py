@@ -77,7 +77,7 @@ def test_burst_runs_everything_then_exits(live_queue: Queue, start: Any) -> None
     assert sorted(ran) == list(range(50))
     assert live_queue.wait("r", timeout=0) == "done"
     assert w.worker.processed == 50 and w.worker.failed == 0
-    assert introspect.workers(live_queue) == []  # unregistered on the way out
+    assert introspect.workers(live_queue).items == []  # unregistered on the way out
 
 
 def test_burst_waits_for_a_dead_consumers_leases_and_recovers_them(

@@ -143,7 +143,7 @@ def test_workers_ride_out_a_redis_restart_and_every_accepted_task_is_done(
     try:
         q = Queue(redis.Redis.from_url(server.url, decode_responses=True), "q", prefix=prefix)
         workers = [spawn_worker(name, "--slots", "2", url=server.url) for name in ("a", "b")]
-        wait_until(lambda: len(introspect.workers(q)) == 2, 15, "both workers to register")
+        wait_until(lambda: len(introspect.workers(q).items) == 2, 15, "both workers to register")
 
         # The producer streams 30 requests of 100 tasks across the outage; a submit that
         # meets it is sent again with the same id (idempotent) until Redis takes it.
@@ -191,7 +191,7 @@ def test_workers_ride_out_a_redis_restart_and_every_accepted_task_is_done(
             assert "Redis is back" in log
             assert "heartbeat error" not in log
         # Both still heartbeat on the restarted server, and still stop cleanly.
-        assert sorted(w.name for w in introspect.workers(q)) == ["a", "b"]
+        assert sorted(w.name for w in introspect.workers(q).items) == ["a", "b"]
         for proc in workers:
             proc.send_signal(signal.SIGTERM)
         assert [proc.wait(10) for proc in workers] == [0, 0]

@@ -43,7 +43,7 @@ def test_sigterm_lets_the_running_task_finish_takes_no_more_and_exits_0(
     assert counters(live_queue, "r") == (1, 1, 0, 0)  # finished, acked; the other not taken
     assert introspect.dead_letters(live_queue) == []
     assert "processed=1 failed=0" in (tmp_path / "w1.log").read_text()
-    assert introspect.workers(live_queue) == []
+    assert introspect.workers(live_queue).items == []
 
 
 def test_a_task_longer_than_the_grace_period_is_released_without_spending_an_attempt(
@@ -108,7 +108,7 @@ def test_a_killed_workers_tasks_are_reaped_and_run_by_a_live_worker(
     doomed = spawn_worker("doomed", "--slots", "3")  # --dead-after 2
     wait_until(lambda: len(task_log(live_queue, k)) == 3, 15, "doomed to start all 3 tasks")
     spawn_worker("heir")
-    wait_until(lambda: "heir" in {w.name for w in introspect.workers(live_queue)}, 15,
+    wait_until(lambda: "heir" in {w.name for w in introspect.workers(live_queue).items}, 15,
                "the second worker to register")
     doomed.kill()
     doomed.wait(5)

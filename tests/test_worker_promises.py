@@ -43,7 +43,7 @@ def test_idle_workers_run_each_task_of_a_limited_request_once(
     k = f"{prefix}:t"
     spawn_worker("w1")
     spawn_worker("w2")
-    wait_until(lambda: len(introspect.workers(live_queue)) == 2, 20, "both workers")
+    wait_until(lambda: len(introspect.workers(live_queue).items) == 2, 20, "both workers")
     time.sleep(1.2)  # both blocked idle, registered for handoff
     live_queue.submit([{"k": k, "seconds": 3}] * 4, request_id="r", handler="tracked",
                       concurrency=2)

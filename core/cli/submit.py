@@ -4,8 +4,10 @@ bar driven by the request's counters."""
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
@@ -22,7 +24,8 @@ from rich.progress import (
 
 from core.cli import command_errors
 from core.conf import get_queue
-from core.queue import PayloadTooLarge, Queue, introspect
+from core.queue import PayloadTooLarge, Queue, handlers, introspect
+from core.queue.errors import InvalidPayload, UnknownHandlerWarning
 from core.queue.models import RequestInfo
 
 POLL_S = 0.2
@@ -40,13 +43,40 @@ class SubmitOutcome:
     state: str  # after submit, or the final state when waited for
 
 
+class NotJSON(ValueError):
+    """Python's json module takes NaN, Infinity and numbers too large for a float (1e999,
+    read as Infinity); JSON has none of them, and the engine would send them as null."""
+
+
+def _constant(name: str) -> Any:
+    raise NotJSON(f"{name} is not JSON")
+
+
+def _float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise NotJSON(f"{text} is too large for a JSON number")
+    return value
+
+
+def loads(text: str) -> Any:
+    """json.loads, strict: NaN, Infinity and overflowing numbers raise NotJSON."""
+    return json.loads(text, parse_constant=_constant, parse_float=_float)
+
+
 def parse_argument(position: int, text: str) -> Any:
     """A task given on the command line: JSON if it parses, else the text as a JSON string.
 
     Text that starts like JSON (an object, array or string) but does not parse is an error
-    rather than a string, since it is almost certainly a typo."""
+    rather than a string, since it is almost certainly a typo; so is NaN or Infinity, which
+    would otherwise arrive as null."""
     try:
-        return json.loads(text)
+        return loads(text)
+    except NotJSON as exc:
+        raise CommandError(
+            f"argument {position}: {exc} (JSON has no NaN or Infinity); quote it to send "
+            f"the text: '\"{_clip(text)}\"'"
+        ) from exc
     except json.JSONDecodeError as exc:
         if text.lstrip().startswith(JSON_OPENERS):
             raise CommandError(
@@ -80,7 +110,11 @@ def _parse_lines(lines: Iterable[str | bytes], label: str) -> list[Sourced]:
         if not line.strip():
             continue
         try:
-            out.append((f"{label} line {number}", json.loads(line)))
+            out.append((f"{label} line {number}", loads(line)))
+        except NotJSON as exc:
+            raise CommandError(
+                f"{label}, line {number}: {exc} (JSON has no NaN or Infinity)"
+            ) from exc
         except json.JSONDecodeError as exc:
             raise CommandError(
                 f"{label}, line {number}: not valid JSON ({exc.msg} at column {exc.colno}); "
@@ -108,6 +142,7 @@ def submit(
     concurrency: int | None = None,
     tenant: str | None = None,
     handler: str | None = None,
+    any_handler: bool = False,
     max_attempts: int | None = None,
     request_id: str | None = None,
     wait: bool = False,
@@ -117,7 +152,10 @@ def submit(
     stderr: TextIO | None = None,
 ) -> SubmitOutcome:
     """Submit one request; print its id on `stdout`. With `wait`, follow it to the end and
-    raise CommandError unless it ends done. Options left None take the engine's defaults."""
+    raise CommandError unless it ends done. Options left None take the engine's defaults.
+
+    `handler` must name a handler that a worker of the queue has announced, unless
+    `any_handler` (for a producer that starts before its workers)."""
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
     if timeout is not None and not wait:
@@ -133,16 +171,24 @@ def submit(
         k: v
         for k, v in {
             "priority": priority, "concurrency": concurrency, "tenant": tenant,
-            "handler": handler, "max_attempts": max_attempts,
+            "max_attempts": max_attempts,
         }.items()
         if v is not None
     }
     with command_errors("submit"):
         q = get_queue(queue)
+        handler = check_handler(q, handler, any_handler=any_handler)
         try:
-            sub = q.submit([t for _, t in sourced], request_id=request_id, **options)
+            with warnings.catch_warnings():
+                # Checked above, or deliberately overridden: the engine's warning adds nothing.
+                warnings.simplefilter("ignore", UnknownHandlerWarning)
+                sub = q.submit(
+                    [t for _, t in sourced], handler=handler, request_id=request_id, **options
+                )
         except PayloadTooLarge as exc:
             raise CommandError(_too_large(exc, sourced, q.max_payload_bytes)) from exc
+        except InvalidPayload as exc:
+            raise CommandError(_named(exc, sourced)) from exc
     stdout.write(f"{sub.request_id}\n")
     stdout.flush()
     if not sub.created:
@@ -161,6 +207,29 @@ def submit(
             f"{info.dead} dead-lettered, {info.cancelled} cancelled"
         )
     return SubmitOutcome(sub.request_id, sub.created, sub.total, info.state)
+
+
+def check_handler(q: Queue, handler: str | None, *, any_handler: bool = False) -> str:
+    """`handler` if a worker of `q` announced it (or `any_handler`); else a CommandError that
+    lists the handlers its workers run."""
+    if handler is not None and any_handler:
+        return handler
+    offered = handlers.known(q)
+    if handler is not None and handler in offered:
+        return handler
+    if offered:
+        known = f"its workers run: {', '.join(offered)}"
+    else:
+        known = "no worker of it has announced any handler yet (is one running?)"
+    if handler is None:
+        raise CommandError(
+            f"give --handler NAME, the handler that runs each task; queue {q.name}: {known}"
+        )
+    raise CommandError(
+        f"no worker of queue {q.name} runs handler {handler!r}; {known}. Start a worker "
+        "that registers it (runworker --import MODULE), or pass --any-handler to submit "
+        "anyway (the tasks wait until such a worker starts)"
+    )
 
 
 def wait_for(
@@ -214,6 +283,13 @@ def _too_large(exc: PayloadTooLarge, sourced: list[Sourced], limit: int) -> str:
         f"{limit}. Put the data somewhere shared (a file, an object store) and submit a "
         "reference."
     )
+
+
+def _named(exc: InvalidPayload, sourced: list[Sourced]) -> str:
+    if not 0 <= exc.index < len(sourced):
+        return f"submit: {exc}"
+    detail = str(exc).removeprefix(f"task {exc.index} ")
+    return f"{sourced[exc.index][0]}: the task {detail}"
 
 
 def _clip(text: str, width: int = 60) -> str:

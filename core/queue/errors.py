@@ -68,3 +68,17 @@ def check_code(reply: object, context: str) -> None:
     """Raise the exception mapped to a script's refusal code, if the reply is one."""
     if isinstance(reply, int) and reply < 0:
         raise CODES.get(reply, QueueError)(context)
+
+
+class InvalidPayload(InvalidInput):
+    """A task cannot be sent as JSON as it is (not serialisable, or NaN/Infinity, which JSON
+    cannot hold); `index` is its place in the batch."""
+
+    def __init__(self, message: str, *, index: int = -1) -> None:
+        super().__init__(message)
+        self.index = index
+
+
+class UnknownHandlerWarning(UserWarning):
+    """A request names a handler that no worker of its queue has announced: a typo, or a
+    producer that starts before its workers. Its tasks wait until such a worker comes."""

@@ -8,9 +8,20 @@ from typing import Any
 
 import redis
 
+from .base import int_in
 from .client import Queue, translated
 from .keys import validate_id
-from .models import STATES, DeadLetter, PendingEntry, RequestInfo, WorkerInfo
+from .models import (
+    STATES,
+    DeadLetter,
+    Page,
+    PageCursor,
+    PendingEntry,
+    RequestInfo,
+    WorkerInfo,
+)
+
+MAX_PAGE = 1000  # rows per page
 
 
 def _r(q: Queue) -> Any:
@@ -81,31 +92,66 @@ def request(q: Queue, request_id: str) -> RequestInfo | None:
 
 
 def requests(
-    q: Queue, state: str, *, after: float | None = None, limit: int = 50
-) -> tuple[list[RequestInfo], float | None]:
-    """A page of requests in `state`, newest first; pass the returned cursor as `after`."""
+    q: Queue, state: str, *, after: PageCursor | None = None, limit: int = 50
+) -> Page[RequestInfo]:
+    """A page of requests in `state`, newest first (by the time they entered it, then by id);
+    pass the returned cursor as `after` for the next page. A full walk sees every request
+    that stays in `state` meanwhile exactly once, however many entered it in one millisecond."""
     if state not in STATES:
         raise ValueError(f"unknown state {state!r}; one of {', '.join(STATES)}")
-    top = "+inf" if after is None else f"({after}"
     with translated("requests"):
-        rows = _r(q).zrange(
-            q.keys.state_index(state),
-            top,
-            "-inf",
-            byscore=True,
-            desc=True,
-            offset=0,
-            num=limit + 1,
-            withscores=True,
-        )
-        page = rows[:limit]
+        rows, cursor = _page(q, q.keys.state_index(state), after, limit)
         pipe = _r(q).pipeline(transaction=False)
-        for rid, _ in page:
+        for rid, _ in rows:
             pipe.hgetall(q.keys.request(rid))
         hashes = pipe.execute()
-    out = [RequestInfo.from_hash(rid, h) for (rid, _), h in zip(page, hashes, strict=True) if h]
-    cursor = page[-1][1] if len(rows) > limit else None
-    return out, cursor
+    out = [RequestInfo.from_hash(rid, h) for (rid, _), h in zip(rows, hashes, strict=True) if h]
+    return Page(out, cursor)
+
+
+def _page(
+    q: Queue, key: str, after: PageCursor | None, limit: int
+) -> tuple[list[tuple[str, int]], PageCursor | None]:
+    """One page of a zset as (member, score), highest score first and, within a score,
+    highest member first (Redis' reverse order); and the cursor for the next page. Runs
+    inside translated()."""
+    int_in(limit, "limit", 1, MAX_PAGE)
+    if after is None:
+        rows = _r(q).zrange(key, 0, limit, desc=True, withscores=True)
+    else:
+        rows = _rows_after(q, key, after, limit + 1)
+    page = [(member, int(score)) for member, score in rows[:limit]]
+    cursor = PageCursor(page[-1][1], page[-1][0]) if len(rows) > limit else None
+    return page, cursor
+
+
+def _rows_after(q: Queue, key: str, after: PageCursor, n: int) -> list[tuple[str, float]]:
+    """Up to `n` rows that sort after the cursor's row."""
+    r = _r(q)
+    # Usually the cursor's member is still there with its score: read on from its rank. The
+    # rank and the read are two calls, so the read starts at the cursor's own row and is
+    # trusted only if that row is still the cursor's (else something moved: ask again).
+    for _ in range(3):
+        rank = r.zrevrank(key, after.member)
+        if rank is None:
+            break
+        rows = r.zrange(key, rank, rank + n, desc=True, withscores=True)
+        if rows and rows[0][0] == after.member:
+            if int(rows[0][1]) == after.score:
+                return list(rows[1:])
+            break  # it left and came back with another score
+    # The cursor's member left (or moved): read from its score on, skipping the rows of that
+    # same score that sort before it. Costs as many rows as share that millisecond.
+    out: list[tuple[str, float]] = []
+    offset, batch = 0, n + 16
+    while len(out) < n:
+        rows = r.zrange(key, after.score, "-inf", byscore=True, desc=True, offset=offset,
+                        num=batch, withscores=True)
+        out += [(m, s) for m, s in rows if s < after.score or m < after.member]
+        if len(rows) < batch:
+            break
+        offset += batch
+    return out[:n]
 
 
 def pending(q: Queue, request_id: str, *, after: str = "-", count: int = 50) -> list[PendingEntry]:
@@ -144,18 +190,22 @@ def dead_letters(q: Queue, *, before: str | None = None, count: int = 50) -> lis
     return [DeadLetter.from_entry(eid, f) for eid, f in rows]
 
 
-def workers(q: Queue) -> list[WorkerInfo]:
-    """Registered workers, most recent heartbeat first."""
+def workers(q: Queue, *, after: PageCursor | None = None, limit: int = 50) -> Page[WorkerInfo]:
+    """A page of registered workers, most recent heartbeat first; pass the returned cursor as
+    `after` for the next page. Workers gone longer than prune.WORKER_RETENTION_MS are pruned
+    by the reaper; until then they are listed with their last beat (and empty info once
+    their entry has expired)."""
     with translated("workers"):
-        rows = _r(q).zrange(q.keys.workers, 0, -1, desc=True, withscores=True)
+        rows, cursor = _page(q, q.keys.workers, after, limit)
         pipe = _r(q).pipeline(transaction=False)
         for name, _ in rows:
             pipe.hget(q.keys.worker(name), "info")
         infos = pipe.execute()
-    return [
-        WorkerInfo(name, int(score), json.loads(info) if info else {})
+    items = [
+        WorkerInfo(name, score, json.loads(info) if info else {})
         for (name, score), info in zip(rows, infos, strict=True)
     ]
+    return Page(items, cursor)
 
 
 def drained(q: Queue) -> bool:

@@ -90,6 +90,11 @@ class QueueKeys:
         return self.base + "workers"
 
     @property
+    def handlers(self) -> str:
+        """Hash: handler name -> "<ms>/<worker>", the last worker that announced it."""
+        return self.base + "handlers"
+
+    @property
     def idle(self) -> str:
         return self.base + "idle"
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, NamedTuple, TypeVar
+
+from .errors import InvalidInput
+from .keys import validate_id
 
 TERMINAL_STATES = frozenset({"done", "failed", "cancelled"})
 STATES = ("open", "active", "cancelling", "done", "failed", "cancelled")
@@ -157,3 +160,42 @@ class WorkerInfo:
     name: str
     last_beat_ms: int
     info: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class HandlerOffer:
+    """A handler name some worker of the queue announced: who did it last, and when."""
+
+    name: str
+    announced_ms: int
+    worker: str
+
+
+@dataclass(frozen=True, slots=True)
+class PageCursor:
+    """Where a page of a score-ordered index ended: the last row's score and member (request
+    id or worker name). Its text form, "<score>:<member>", fits a URL; ids never hold ':'."""
+
+    score: int
+    member: str
+
+    def __str__(self) -> str:
+        return f"{self.score}:{self.member}"
+
+    @classmethod
+    def parse(cls, text: str) -> PageCursor:
+        """The cursor written by str(); InvalidInput for anything else (a hand-edited URL)."""
+        score, sep, member = text.partition(":")
+        if not sep or not score.isdecimal() or len(score) > 20:
+            raise InvalidInput(f"invalid page cursor {text!r}: expected <score>:<id>")
+        return cls(int(score), validate_id(member, "page cursor id"))
+
+
+T = TypeVar("T")
+
+
+class Page(NamedTuple, Generic[T]):
+    """One page of rows, and the cursor for the next page (None on the last one)."""
+
+    items: list[T]
+    cursor: PageCursor | None

@@ -2,14 +2,30 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import sys
+import threading
+import time
 import uuid
-from collections.abc import Iterable
+import warnings
+import weakref
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import orjson
 
+from . import handlers
 from .base import QueueBase, int_in
-from .errors import InvalidInput, PayloadTooLarge, TotalMismatch, check_code
+from .errors import (
+    InvalidInput,
+    InvalidPayload,
+    PayloadTooLarge,
+    QueueError,
+    TotalMismatch,
+    UnknownHandlerWarning,
+    check_code,
+)
 from .keys import validate_id
 from .models import Submitted
 
@@ -17,44 +33,116 @@ DEFAULT_CONCURRENCY = 1_000_000  # no practical limit unless the request sets on
 DEFAULT_PRIORITY = 50
 SUBMIT_BATCH = 10_000  # tasks per script call: bounds how long one call holds Redis
 DAY_MS = 86_400_000
+# Upper bounds keep every time a script computes (now + option) an integer that Lua writes
+# as digits: 1e16 and up would be written "1e+16", which Redis refuses halfway through.
+MAX_LEASE_MS = DAY_MS  # a worker that needs longer renews its lease
+MAX_RETENTION_MS = 365 * DAY_MS
+MAX_BACKOFF_MS = DAY_MS
+MAX_ATTEMPTS = 1000
+HANDLER_REFRESH_S = 5.0  # a producer re-reads the announced handlers at most this often
 
 
-def dumps(payload: Any) -> bytes:
+def dumps(payload: Any, index: int = -1) -> bytes:
+    """One task as JSON; InvalidPayload naming the task if orjson cannot encode it."""
     try:
         return orjson.dumps(payload)
     except orjson.JSONEncodeError as exc:
-        raise InvalidInput(f"task payload is not JSON-serialisable: {exc}") from exc
+        raise InvalidPayload(
+            f"task {index} payload is not JSON-serialisable: {exc}", index=index
+        ) from exc
+
+
+def non_finite(value: Any, path: str = "payload") -> str | None:
+    """Where `value` holds a float NaN or Infinity (orjson writes those as null), or None."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else path
+    if isinstance(value, Mapping):
+        items: Iterable[tuple[Any, Any]] = value.items()
+    elif isinstance(value, list | tuple):
+        items = enumerate(value)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        items = ((f.name, getattr(value, f.name)) for f in dataclasses.fields(value))
+    else:
+        return None
+    for key, item in items:
+        if (found := non_finite(item, f"{path}[{key!r}]")) is not None:
+            return found
+    return None
+
+
+def task_list(tasks: object) -> list[Any] | tuple[Any, ...]:
+    """`tasks` as a sequence: refused when it is one value that would iterate into several
+    tasks (text into characters, a mapping into its keys) or not iterable at all."""
+    if isinstance(tasks, list | tuple):
+        return tasks
+    if isinstance(tasks, str | bytes | bytearray | memoryview | Mapping):
+        kind = "a mapping" if isinstance(tasks, Mapping) else f"a {type(tasks).__name__}"
+        raise InvalidInput(
+            f"tasks must be a list of task payloads, got {kind}; to send one task, "
+            "wrap it in a list: [payload]"
+        )
+    if not isinstance(tasks, Iterable):
+        raise InvalidInput(
+            f"tasks must be a list of task payloads, got {type(tasks).__name__}"
+        )
+    return list(tasks)
+
+
+@dataclasses.dataclass
+class _Offered:
+    """What one producer process knows of a queue's announced handlers."""
+
+    names: set[str] = dataclasses.field(default_factory=set)
+    read_at: float = -math.inf
+    warned: set[str] = dataclasses.field(default_factory=set)
+
+
+# Per Redis client, per queue: Queue objects are cheap and made per call (core.conf), the
+# client is not, so the knowledge lives as long as the client does.
+_OFFERED: weakref.WeakKeyDictionary[Any, dict[str, _Offered]] = weakref.WeakKeyDictionary()
+_OFFERED_LOCK = threading.Lock()
 
 
 class Producer(QueueBase):
     """Creates requests and their tasks."""
 
-    def _encode(self, tasks: Iterable[Any]) -> list[bytes]:
-        tasks = tasks if isinstance(tasks, list | tuple) else list(tasks)
+    def _encode(self, tasks: object) -> list[bytes]:
+        items = task_list(tasks)
         try:
-            out = [orjson.dumps(task) for task in tasks]
+            out = [orjson.dumps(task) for task in items]
         except orjson.JSONEncodeError:
-            out = [dumps(task) for task in tasks]  # raises, naming the cause
+            out = [dumps(task, i) for i, task in enumerate(items)]  # raises, naming the task
+        if not out:
+            return out
+        # orjson writes NaN and Infinity as null. Only a batch with a null in it is walked.
+        if b"null" in b"".join(out):
+            for i, text in enumerate(out):
+                if b"null" in text and (where := non_finite(items[i])) is not None:
+                    raise InvalidPayload(
+                        f"task {i} holds NaN or Infinity at {where}, which JSON cannot carry "
+                        "(it would arrive as null); send null or a string instead",
+                        index=i,
+                    )
         limit = self.max_payload_bytes
-        for i, text in enumerate(out):
-            if len(text) > limit:
-                raise PayloadTooLarge(
-                    f"task {i} payload is {len(text)} bytes; the limit is {limit}. "
-                    "Put the data somewhere shared and send a reference to it.",
-                    index=i,
-                    size=len(text),
-                )
+        if max(map(len, out)) > limit:
+            i, size = next((i, len(t)) for i, t in enumerate(out) if len(t) > limit)
+            raise PayloadTooLarge(
+                f"task {i} payload is {size} bytes; the limit is {limit}. "
+                "Put the data somewhere shared and send a reference to it.",
+                index=i,
+                size=size,
+            )
         return out
 
     def submit(
         self,
         tasks: Iterable[Any],
         *,
+        handler: str,
         request_id: str | None = None,
         priority: int = DEFAULT_PRIORITY,
         concurrency: int = DEFAULT_CONCURRENCY,
         tenant: str = "default",
-        handler: str = "echo",
         max_attempts: int = 3,
         lease_ms: int = 30_000,
         retention_ms: int = 7 * DAY_MS,
@@ -62,23 +150,27 @@ class Producer(QueueBase):
         backoff_max_ms: int = 300_000,
         seal: bool = True,
     ) -> Submitted:
-        """Create a request with `tasks`; with seal=False more may be added, then seal().
+        """Create a request whose tasks the workers run with the handler named `handler`;
+        with seal=False more may be added, then seal().
 
         Idempotent on `request_id`: submitting an id that exists changes nothing and returns
-        the existing request (created=False).
+        the existing request (created=False). Warns (UnknownHandlerWarning) once per queue and
+        handler when no worker of the queue has announced `handler`.
         """
         rid = validate_id(request_id, "request id") if request_id is not None else uuid.uuid4().hex
         meta = [
             int_in(priority, "priority", 0, 99),
-            int_in(concurrency, "concurrency", 1),
+            int_in(concurrency, "concurrency", 1, DEFAULT_CONCURRENCY),
             validate_id(tenant, "tenant"),
             validate_id(handler, "handler"),
-            int_in(max_attempts, "max_attempts", 1, 1000),
-            int_in(lease_ms, "lease_ms", 100),
-            int_in(retention_ms, "retention_ms", 1000),
-            int_in(backoff_ms, "backoff_ms", 0),
-            int_in(backoff_max_ms, "backoff_max_ms", 0),
+            int_in(max_attempts, "max_attempts", 1, MAX_ATTEMPTS),
+            int_in(lease_ms, "lease_ms", 100, MAX_LEASE_MS),
+            int_in(retention_ms, "retention_ms", 1000, MAX_RETENTION_MS),
+            int_in(backoff_ms, "backoff_ms", 0, MAX_BACKOFF_MS),
+            int_in(backoff_max_ms, "backoff_max_ms", 0, MAX_BACKOFF_MS),
         ]
+        if not isinstance(seal, bool):
+            raise InvalidInput(f"seal must be True or False, got {seal!r}")
         payloads = self._encode(tasks)
         if seal and not payloads:
             raise InvalidInput("a request needs at least one task (or submit with seal=False)")
@@ -98,6 +190,7 @@ class Producer(QueueBase):
             total = self._append_from(rid, payloads, total)
             if (mode if created else resume) == 2:
                 state = self.seal(rid)
+        self._check_handler(handler)
         return Submitted(rid, created, state, total)
 
     def _append_from(self, rid: str, payloads: list[bytes], total: int) -> int:
@@ -109,16 +202,45 @@ class Producer(QueueBase):
                 total = int(self.redis.hget(self.keys.request(rid), "total") or 0)
         return total
 
-    def open(self, *, request_id: str | None = None, **options: Any) -> Submitted:
-        """Create a request that takes tasks by add() until seal()."""
-        return self.submit([], request_id=request_id, seal=False, **options)
+    def _check_handler(self, handler: str) -> None:
+        """Warn once per queue and handler that no worker announced it. Reads the announced
+        names on the first submit, then at most every HANDLER_REFRESH_S and only for a name
+        not seen yet: a submit of a known handler costs no round trip."""
+        with _OFFERED_LOCK:
+            offered = _OFFERED.setdefault(self.redis, {}).setdefault(self.keys.base, _Offered())
+        if handler in offered.names or handler in offered.warned:
+            return
+        now = time.monotonic()
+        if now - offered.read_at >= HANDLER_REFRESH_S:
+            offered.read_at = now
+            try:
+                offered.names = handlers.names(self)
+            except QueueError:
+                return  # the request is in; a failed check must not look like a failed submit
+            if handler in offered.names:
+                return
+        offered.warned.add(handler)
+        # Point the warning at the caller's line, outside this module (submit, or open).
+        level, frame = 1, sys._getframe(0)
+        while frame.f_back is not None and frame.f_globals.get("__name__") == __name__:
+            frame, level = frame.f_back, level + 1
+        warnings.warn(
+            f"no worker of queue {self.name!r} has announced handler {handler!r}: its tasks "
+            "wait until a worker that runs it starts (a typo? a worker not deployed yet?)",
+            UnknownHandlerWarning,
+            stacklevel=level,
+        )
+
+    def open(self, *, handler: str, request_id: str | None = None, **options: Any) -> Submitted:
+        """Create a request that takes tasks by add() until seal(); options as submit()'s."""
+        return self.submit([], handler=handler, request_id=request_id, seal=False, **options)
 
     def add(self, request_id: str, tasks: Iterable[Any]) -> int:
-        """Append tasks to an open request; returns its new total."""
+        """Append tasks to an open request; returns its new total (with no tasks, its total)."""
         rid = validate_id(request_id, "request id")
         payloads = self._encode(tasks)
-        total = 0
-        for i in range(0, len(payloads), SUBMIT_BATCH):
+        total = self._add(rid, payloads[:SUBMIT_BATCH])
+        for i in range(SUBMIT_BATCH, len(payloads), SUBMIT_BATCH):
             total = self._add(rid, payloads[i : i + SUBMIT_BATCH])
         return total
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 
-from core.queue import Queue, RedisUnavailable
+from core.queue import Queue, RedisUnavailable, handlers
 from core.queue.keys import validate_id
 
 from .registry import Registry, default_registry
@@ -34,4 +34,6 @@ def run_worker(
             # At start, a clear error beats a worker that sits retrying a wrong URL;
             # an outage after start is retried (see Outage).
             raise RedisUnavailable(f"cannot reach Redis for queue {q.name!r}: {exc}") from exc
+    for q in queues:  # so producers can tell a handler that runs here from a typo
+        handlers.announce(q, config.name, registry.names())
     return Worker(queues, config, registry).run()

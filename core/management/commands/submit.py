@@ -26,7 +26,14 @@ class Command(BaseCommand):
         parser.add_argument("--priority", "-p", type=int, help="0-99, higher first (default 50)")
         parser.add_argument("--concurrency", "-c", type=int, help="max tasks running at once")
         parser.add_argument("--tenant", help="client the request belongs to (fair share)")
-        parser.add_argument("--handler", help="registered handler name (default: echo)")
+        parser.add_argument(
+            "--handler", help="the handler that runs each task (required): one the queue's "
+            "workers announced"
+        )
+        parser.add_argument(
+            "--any-handler", action="store_true",
+            help="submit even if no worker announced --handler yet (producers that start first)",
+        )
         parser.add_argument("--max-attempts", type=int, help="attempts before dead letter (3)")
         parser.add_argument("--request-id", help="id to use; resubmitting an id changes nothing")
         parser.add_argument(
@@ -43,6 +50,7 @@ class Command(BaseCommand):
             concurrency=options["concurrency"],
             tenant=options["tenant"],
             handler=options["handler"],
+            any_handler=options["any_handler"],
             max_attempts=options["max_attempts"],
             request_id=options["request_id"],
             wait=options["wait"],
