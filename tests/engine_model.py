@@ -22,6 +22,7 @@ RUNNABLE = ("open", "active")
 TERMINAL = ("done", "failed", "cancelled")
 TASK_STATES = ("waiting", "delayed", "leased", "done", "dead", "cancelled")
 BAND = 10**12
+PROMOTE_MAX = 100  # due retries one script promotes per priority level
 
 
 @dataclass
@@ -102,6 +103,7 @@ class QueueModel:
         self.handed: dict[str, list[str]] = {}  # consumer -> leases in its handoff list
         self.handed_ever: set[str] = set()
         self.handed_ms: dict[str, int] = {}  # handed lease -> its lease length
+        self.wake = False  # the wake-up token idle workers block on (a list of at most one)
 
     # -- lookups ------------------------------------------------------------------------
 
@@ -122,6 +124,10 @@ class QueueModel:
             return found
         return None
 
+    def eligible(self) -> set[str]:
+        """Requests the ready index must hold."""
+        return {r.rid for r in self.requests.values() if r.eligible}
+
     def slots(self) -> set[tuple[int, str]]:
         return {(r.priority, r.tenant) for r in self.requests.values()}
 
@@ -132,12 +138,24 @@ class QueueModel:
         self.old_tokens.add(t.token)
         t.token, t.consumer, t.expiry = None, None, 0
 
-    def promote(self, now: int) -> None:
-        """Retries whose backoff is over are waiting again (every dequeue/ack call does this)."""
+    def promote(self, now: int) -> int:
+        """Retries whose backoff is over are waiting again: highest priority first, at most
+        PROMOTE_MAX per level, by due time. Every dequeue/ack call does this before leasing,
+        every other script that ends in dispatch_idle() after its own effects. Returns the
+        floor: the priority of a level that had PROMOTE_MAX due (nothing below it may be
+        leased in that call), or -1."""
+        due: dict[int, list[tuple[int, str, Task]]] = {}
         for r in self.requests.values():
             for t in r.of_state("delayed"):
                 if t.due <= now:
-                    t.state, t.due = "waiting", 0
+                    due.setdefault(r.priority, []).append((t.due, f"{r.rid}/{t.tid}", t))
+        for prio in sorted(due, reverse=True):
+            level = sorted(due[prio], key=lambda x: x[:2])[:PROMOTE_MAX]
+            for _, _, t in level:
+                t.state, t.due = "waiting", 0
+            if len(level) == PROMOTE_MAX:
+                return prio
+        return -1
 
     def lease(self, r: Request, t: Task, consumer: str, now: int, lease_ms: int = 0) -> None:
         assert t.state == "waiting", f"{r.rid}/{t.tid} handed out while {t.state}"
@@ -270,6 +288,10 @@ def check_queue(q: Queue, m: QueueModel) -> list[str]:
     pipe.zrange(k.ready, 0, -1, withscores=True)
     pipe.xrange(k.dead)
     pipe.xrange(k.events, min=m.events_after)
+    prios = sorted({req.priority for req in reqs})
+    for prio in prios:
+        pipe.zrange(f"{k.delayed}:{prio}", 0, -1, withscores=True)
+    pipe.zrange(f"{k.base}dprio", 0, -1, withscores=True)
     for s in STATES:
         pipe.zrange(k.state_index(s), 0, -1)
     for prio, tenant in slots:
@@ -280,6 +302,8 @@ def check_queue(q: Queue, m: QueueModel) -> list[str]:
         pipe.hgetall(deadmap_key(q, req.rid))
     res = iter(pipe.execute())
     leases, delayed, stats, ready, dead, events = (next(res) for _ in range(6))
+    delayed_by_prio = {prio: next(res) for prio in prios}
+    dprio = next(res)
     state_index = {s: set(next(res)) for s in STATES}
     tenant_ready = {slot: set(next(res)) for slot in slots}
     per_req = [(req, next(res), next(res), next(res)) for req in reqs]
@@ -299,6 +323,14 @@ def check_queue(q: Queue, m: QueueModel) -> list[str]:
     assert {mem: int(s) for mem, s in leases} == want_leases, "leases index"
     want_delayed = {f"{req.rid}/{t.tid}": t.due for req in reqs for t in req.of_state("delayed")}
     assert {mem: int(s) for mem, s in delayed} == want_delayed, "delayed index"
+    # The same per priority (promotion walks them highest first), and the priorities that
+    # have any, scored 99 - priority.
+    for prio, got in delayed_by_prio.items():
+        want_p = {f"{req.rid}/{t.tid}": t.due for req in reqs if req.priority == prio
+                  for t in req.of_state("delayed")}
+        assert {mem: int(s) for mem, s in got} == want_p, f"delayed index of priority {prio}"
+    want_dprio = {str(req.priority): 99 - req.priority for req in reqs if req.count("delayed")}
+    assert {mem: int(s) for mem, s in dprio} == want_dprio, "dprio index"
 
     # Dead letter stream: exactly the dead tasks.
     want_dead = {t.dead_id: (req.rid, t.tid) for req in reqs for t in req.of_state("dead")}

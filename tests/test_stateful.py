@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import itertools
 import json
+import threading
+import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -75,6 +78,17 @@ KNOWN_BUGS: frozenset[str] = frozenset()
 HANDOFF_FRESH_MS = 1500  # an idle registration older than this gets no handoff
 
 
+@dataclass
+class Blocked:
+    """A worker blocked in wait_for_any() while other steps run: its BLPOP on a connection of
+    its own, sent and not yet answered."""
+
+    consumer: str
+    qis: tuple[int, ...]
+    conn: Any  # redis.connection.Connection
+    cid: int  # its CLIENT ID
+
+
 class QueueMachine(RuleBasedStateMachine):
     redis_url = ""
     known_bugs: frozenset[str] = KNOWN_BUGS
@@ -91,8 +105,13 @@ class QueueMachine(RuleBasedStateMachine):
         self.payload_seq = 0
         self.waited: dict[tuple[int, str], int] = {}
         self.eligible_before: list[set[str]] = [set(), set()]
+        self.blocked: Blocked | None = None
+        self.served: tuple[str, str, str] | None = None  # (consumer, list, item) it got
+        self.token_taken: set[int] = set()  # queues whose wake-up token it took
 
     def teardown(self) -> None:
+        if self.blocked:
+            self._unblock()
         keys = list(self.client.scan_iter(match=f"{self.prefix}:*", count=1000))
         if keys:
             self.client.unlink(*keys)
@@ -190,6 +209,96 @@ class QueueMachine(RuleBasedStateMachine):
             out.append(data.draw(st.sampled_from(stale), label="stale lease"))
         return list(dict.fromkeys(out))
 
+    def _script_start(self, qi: int) -> set[str]:
+        """Before a script that ends in dispatch_idle(): the requests in the ready index (with
+        the handoffs of earlier scripts applied to the model)."""
+        self._discover_handoffs(qi)
+        return self.models[qi].eligible()
+
+    def _script_end(self, qi: int, before: set[str]) -> None:
+        """After such a script, its own effects and promotion applied to the model: if it made
+        a request eligible, it handed work to idle workers, then left the wake-up token
+        exactly when work is left (a token pushed before the handoffs would reach a blocked
+        idle worker ahead of its handed task); if not, the token is as it was."""
+        m = self.models[qi]
+        made_eligible = bool(m.eligible() - before)
+        self._discover_handoffs(qi)
+        if made_eligible:
+            m.wake = bool(m.eligible())
+        self._settle_wake(qi)
+
+    def _wait_for_any(self, qis: tuple[int, ...], consumer: str) -> None:
+        """A worker's blocking wait on the queues `qis`, in its order: the first handoff list
+        holding anything gives its first task, else the first wake-up token is taken. Called
+        only where something is there, so it never blocks."""
+        for qi in qis:
+            self._discover_handoffs(qi)
+        keys = [self.queues[qi].keys.handoff(consumer) for qi in qis]
+        for qi, there in zip(qis, [self.client.exists(k) for k in keys], strict=True):
+            if not there:  # the list expired (real time, 10 lease times): nothing is left in it
+                self.models[qi].handed[consumer] = []
+        want = next(((qi, True) for qi in qis if self.models[qi].handed.get(consumer)), None)
+        want = want or next(((qi, False) for qi in qis if self.models[qi].wake), None)
+        got = wait_for_any([self.queues[qi] for qi in qis], 0.01, consumer=consumer)
+        if want is None:
+            assert got is None, f"woken by {got} with nothing handed and no token"
+            return
+        qi, handed = want
+        m = self.models[qi]
+        assert got is not None and got[0] is self.queues[qi], f"woken by {got}, want q{qi}"
+        if handed:
+            assert [x.lease for x in got[1]] == m.handed[consumer][:1], "handed task"
+            m.handed[consumer].pop(0)
+        else:
+            assert got[1] == [], "a wake-up token, not a task"
+            m.wake = False
+
+    def _block(self, qis: tuple[int, ...], consumer: str) -> None:
+        """`consumer` blocks as wait_for_any() does, on a connection of its own, and stays
+        blocked while other steps run (nothing is there for it: the model says so)."""
+        pool = self.client.connection_pool
+        conn = pool.connection_class(**pool.connection_kwargs)
+        conn.send_command("CLIENT", "ID")
+        cid = int(conn.read_response())
+        keys = [self.queues[qi].keys.handoff(consumer) for qi in qis]
+        conn.send_command("BLPOP", *keys, *(self.queues[qi].keys.wake for qi in qis), 60)
+        self.blocked = Blocked(consumer, qis, conn, cid)
+        deadline = time.monotonic() + 5
+        while "b" not in self.client.client_list(client_id=[cid])[0]["flags"]:
+            assert not conn.can_read(), f"{consumer} woken at once: {conn.read_response()}"
+            assert time.monotonic() < deadline, f"{consumer} did not block"
+            time.sleep(0.0005)
+
+    def _poll_blocked(self) -> None:
+        """Redis serves a blocked client as soon as a script ends (before the next command):
+        if it was, keep what it got for _discover_handoffs()."""
+        b = self.blocked
+        if b is None or "b" in self.client.client_list(client_id=[b.cid])[0]["flags"]:
+            return
+        reply = b.conn.read_response()
+        b.conn.disconnect()
+        self.blocked = None
+        assert reply is not None, "the blocked wait timed out (60 s)"
+        self.served = (b.consumer, reply[0], reply[1])
+
+    def _unblock(self) -> None:
+        """The blocked worker's wait times out, with nothing for it."""
+        self._poll_blocked()
+        b = self.blocked
+        if b is None:
+            return
+        self.client.client_unblock(b.cid)
+        assert b.conn.read_response() is None, "unblocked, yet it got something"
+        b.conn.disconnect()
+        self.blocked = None
+
+    def _settle_wake(self, qi: int) -> None:
+        """The wake-up token a script left, if the blocked worker took it."""
+        if qi in self.token_taken:
+            self.token_taken.discard(qi)
+            assert self.models[qi].wake, "a blocked worker got a token no script left"
+            self.models[qi].wake = False
+
     # -- producing ----------------------------------------------------------------------
 
     @initialize(first=st.lists(SUBMIT, min_size=2, max_size=4))
@@ -216,6 +325,7 @@ class QueueMachine(RuleBasedStateMachine):
         q, m = self.queues[qi], self.models[qi]
         n = max(n, 1) if seal else n
         payloads = self._payloads(rid, n)
+        before = self._script_start(qi)
         if n == 0:
             res = q.open(request_id=rid, **opts, handler="echo")
         else:
@@ -228,6 +338,7 @@ class QueueMachine(RuleBasedStateMachine):
         m.requests[rid] = req
         self._learn(qi, req, payloads)
         m.promote(self.now)  # every script ending in dispatch_idle() promotes due retries
+        self._script_end(qi, before)
         assert res == Submitted(rid, True, req.state, n)
 
     @precondition(_any_request)
@@ -242,9 +353,11 @@ class QueueMachine(RuleBasedStateMachine):
             with pytest.raises(RequestSealed):
                 q.add(req.rid, payloads)
         elif payloads:
+            before = self._script_start(qi)
             total = q.add(req.rid, payloads)
             self._learn(qi, req, payloads)
             self.models[qi].promote(self.now)
+            self._script_end(qi, before)
             assert total == len(req.tasks)
         if seal:
             if req.state == "open":
@@ -259,9 +372,10 @@ class QueueMachine(RuleBasedStateMachine):
         *, idle: bool = False,
     ) -> list[Lease]:
         q, m, now = self.queues[qi], self.models[qi], self.now
-        self._discover_handoffs(qi)
+        before = self._script_start(qi)
         want_acks = [m.ack(token, now) for token in acks or []]
-        m.promote(now)
+        floor = m.promote(now)
+        made_eligible = bool(m.eligible() - before)  # by the acks or promotion
         member = f"{consumer}|{lease_ms}"
         drained: list[str] = []
         if idle and count:
@@ -279,14 +393,15 @@ class QueueMachine(RuleBasedStateMachine):
             assert got_acks == want_acks, "ack accepted/refused wrongly"
         # Work the caller left in `ready` may have gone to idle workers at the end of the call;
         # the model takes those leases first (the totals per request are the same either way).
-        handed = self._discover_handoffs(qi, check=False)
-        eligible = [r for r in m.requests.values() if r.eligible]
+        handed = self._discover_handoffs(qi, check=False, dequeue=True)
+        # A priority level with more due retries than one call promotes: nothing below it.
+        eligible = [r for r in m.requests.values() if r.eligible and r.priority >= floor]
         capacity = sum(r.free for r in eligible)
         top = max((r.priority for r in eligible), default=None)
         if idle and count and not leases and not drained:
             m.idle[member] = now
         assert [x.lease for x in leases[: len(drained)]] == drained, "handed tasks first"
-        leases = leases[len(drained):]
+        every, leases = leases, leases[len(drained):]
         # Work is handed out while there is any and it is wanted (ready index true).
         assert len(leases) == min(max(count - len(drained), 0), capacity), (
             "dequeue left eligible work or over-leased")
@@ -308,9 +423,15 @@ class QueueMachine(RuleBasedStateMachine):
         self._check_handoffs(qi, handed)
         if next_due is not None:
             dues = [t.due for r in m.requests.values() for t in r.of_state("delayed")]
-            want_due = -1 if leases or not dues else max(0, min(dues) - now)
+            want_due = -1 if every or not dues else max(0, min(dues) - now)
             assert next_due == want_due, "next_due_ms"
-        return leases
+        # The wake-up token, after the handoff step: there exactly when work is left, if the
+        # acks or promotion made work eligible or this call leased (it took what a token
+        # announced); else as it was.
+        if made_eligible or every:
+            m.wake = bool(m.eligible())
+        self._settle_wake(qi)
+        return every
 
     @rule(qi=QI, consumer=st.sampled_from(CONSUMERS), count=st.integers(1, 4))
     def dequeue(self, qi: int, consumer: str, count: int) -> None:
@@ -340,20 +461,129 @@ class QueueMachine(RuleBasedStateMachine):
                 self._fail(qi, lease.lease, fate == "retry")
 
     @precondition(lambda self: any(v for m in self.models for v in m.handed.values()))
-    @rule(data=st.data())
-    def take_handoff(self, data: st.DataObject) -> None:
-        """An idle worker's blocking wait returns the first task handed to it."""
+    @rule(data=st.data(), both=st.booleans())
+    def take_handoff(self, data: st.DataObject, both: bool) -> None:
+        """An idle worker's blocking wait (on one queue, or on both as a worker serving both
+        does) returns the first task handed to it."""
         pool = sorted((qi, c) for qi, m in enumerate(self.models) for c, v in m.handed.items()
                       if v)
         qi, consumer = data.draw(st.sampled_from(pool), label="worker")
-        q, m = self.queues[qi], self.models[qi]
-        got = wait_for_any([q], 0.01, consumer=consumer)
-        if got and got[1]:
-            assert [x.lease for x in got[1]] == m.handed[consumer][:1]
-            m.handed[consumer].pop(0)
-        else:  # the list expired (real time, 10 lease times): nothing is left in it
-            assert not self.client.exists(q.keys.handoff(consumer))
-            m.handed[consumer] = []
+        self._wait_for_any((qi, 1 - qi) if both else (qi,), consumer)
+
+    @rule(qi=QI, consumer=st.sampled_from(CONSUMERS), both=st.booleans(),
+          lease_ms=st.sampled_from([0, 250]))
+    def block_idle_worker(self, qi: int, consumer: str, both: bool, lease_ms: int) -> None:
+        """A worker (of one queue, or of both) that finds nothing registers idle and blocks on
+        its handoff lists and the wake-up tokens while the next steps run: a task a script
+        hands it must reach it, not a token pushed ahead of it. A token already there wakes
+        it for another try. If a worker is already blocked, its wait times out instead."""
+        if self.blocked is not None:
+            for i in self.blocked.qis:
+                self._discover_handoffs(i)
+            self._unblock()
+            return
+        self._go_idle((qi, 1 - qi) if both else (qi,), consumer, lease_ms)
+
+    def _go_idle(self, qis: tuple[int, ...], consumer: str, lease_ms: int) -> None:
+        """A worker's turn with nothing to do: it asks each queue for a task (registering
+        idle), and blocks if nothing is there for it; a token wakes it for one more try."""
+        for _ in range(2):
+            for i in qis:
+                if self._dequeue(i, consumer, 1, [], lease_ms, idle=True):
+                    return  # busy after all
+            if not any(self.models[i].handed.get(consumer) or self.models[i].wake
+                       for i in qis):
+                self._block(qis, consumer)
+                return
+            self._wait_for_any(qis, consumer)  # returns at once
+
+    @rule(data=st.data(), want=st.integers(1, 3), lease_ms=st.sampled_from([0, 250]), first=QI)
+    def worker_on_both_queues(self, data: st.DataObject, want: int, lease_ms: int,
+                              first: int) -> None:
+        """One slot of a worker serving both queues, as core/worker/runtime.py runs it: each
+        queue in turn gets its finished leases acked and the whole wanted count asked for
+        (idle handoff on); the first queue that returns tasks ends the round, one that
+        returns nothing leaves the count whole for the next. It stays registered idle on a
+        queue that had nothing while it runs the other's tasks, so work arriving there is
+        handed to it, and its next call there returns that first. After an empty round it
+        takes a token if one is there, else blocks on both queues (unless one is blocked)."""
+        handed = sorted({c for m in self.models for c, v in m.handed.items() if v})
+        pool = handed if handed and data.draw(st.booleans(), label="handed to?") else CONSUMERS
+        consumer = data.draw(st.sampled_from(pool), label="worker")
+        order = (first, 1 - first)
+        for qi in order:
+            m = self.models[qi]
+            unseen = set(m.handed.get(consumer, []))  # handed over, not picked up yet
+            mine = sorted(t.token for _, t in m.leased()
+                          if t.consumer == consumer and t.token and t.token not in unseen)
+            acks = data.draw(st.lists(st.sampled_from(mine), max_size=3, unique=True)
+                             if mine else st.just([]), label=f"acks q{qi}")
+            # _dequeue asserts it is served all it may have, up to the whole count.
+            if self._dequeue(qi, consumer, want, acks, lease_ms, idle=True):
+                return
+        member = f"{consumer}|{lease_ms}"
+        assert all(self.client.zscore(self.queues[qi].keys.idle, member) == self.now
+                   for qi in order), "an empty round registers the worker idle on both queues"
+        if any(self.models[qi].wake for qi in order):
+            self._wait_for_any(order, consumer)
+        elif self.blocked is None:
+            self._block(order, consumer)
+
+    @rule(data=st.data(), qi=QI, consumer=st.sampled_from(CONSUMERS), idler=st.booleans(),
+          then=st.sampled_from(["", "dequeue", "reap", "release", "cancel"]))
+    def retries_due_together(self, data: st.DataObject, qi: int, consumer: str,
+                             idler: bool, then: str) -> None:
+        """Retries of several priorities due at once: the held leases that can retry with a
+        backoff fail (at two or three priorities), maybe another worker goes idle and
+        blocks, then time moves to when the last is due (or 1 ms past), so the next script
+        promotes them all, highest priority first, and leases or hands them out by
+        priority (or a request with retries due is cancelled before they are promoted)."""
+        m = self.models[qi]
+
+        def retryable() -> dict[int, list[str]]:
+            out: dict[int, list[str]] = {}
+            for r, t in m.leased():
+                if (r.state in RUNNABLE and r.backoff_ms and t.attempts < r.max_attempts
+                        and t.expiry >= self.now and t.token):
+                    out.setdefault(r.priority, []).append(t.token)
+            return out
+
+        several = data.draw(st.integers(2, 3), label="priorities")
+
+        def could_retry() -> set[int]:
+            return {r.priority for r in m.requests.values() if r.state in RUNNABLE
+                    and r.backoff_ms and r.max_attempts > 1 and r.count("waiting")}
+
+        # Requests that can retry with a backoff at two priorities at least, if ids are left.
+        free = [rid for rid in RIDS if rid not in m.requests]
+        for prio in [p for p in PRIORITIES if p not in could_retry() | set(retryable())]:
+            if len(could_retry() | set(retryable())) >= several or not free:
+                break
+            self.submit({"qi": qi, "rid": free.pop(0), "priority": prio,
+                         "tenant": data.draw(st.sampled_from(TENANTS), label="tenant"),
+                         "concurrency": 2, "max_attempts": 3, "n": 2, "lease_ms": 300,
+                         "backoff_ms": data.draw(st.sampled_from([50, 400]), label="backoff"),
+                         "backoff_max_ms": 2000, "seal": True})
+        if len(retryable()) < several:
+            self._dequeue(qi, consumer, 6, [])
+        for token in sorted(tok for toks in retryable().values() for tok in toks):
+            self._fail(qi, token, True)
+        if idler and self.blocked is None:
+            self._go_idle((qi,), CONSUMERS[(CONSUMERS.index(consumer) + 1) % len(CONSUMERS)], 0)
+        dues = [t.due for r in m.requests.values() for t in r.of_state("delayed")]
+        if dues:
+            self.clock.advance(max(max(dues) - self.now, 0) + data.draw(st.integers(0, 1)))
+        if then == "dequeue":
+            self._dequeue(qi, consumer, data.draw(st.integers(1, 4)), [])
+        elif then == "reap":
+            self.reap(qi)
+        elif then == "release":  # of a lease nobody holds: promotion and handoffs only
+            before = self._script_start(qi)
+            m.promote(self.now)
+            assert self.queues[qi].release(["gone/1-0/1"]) == [-1]
+            self._script_end(qi, before)
+        elif then == "cancel" and (due := [r for r in m.requests.values() if r.count("delayed")]):
+            self._cancel(qi, data.draw(st.sampled_from(due), label="cancel"))
 
     @precondition(lambda self: any(m.idle or any(m.handed.values()) for m in self.models))
     @rule(data=st.data(), lease_ms=st.sampled_from([0, 250]))
@@ -372,16 +602,25 @@ class QueueMachine(RuleBasedStateMachine):
         # The list expires (real time, 10 lease times) if nobody takes it: then it is empty.
         assert got in (want, []), f"handoff list of {consumer}: {got}, model {want}"
 
-    def _discover_handoffs(self, qi: int, *, check: bool = True) -> set[int]:
+    def _discover_handoffs(
+        self, qi: int, *, check: bool = True, dequeue: bool = False
+    ) -> set[int]:
         """Apply to the model the tasks that scripts handed to idle workers since last time:
         each must be a waiting task of an eligible request, leased to a worker registered
-        idle within HANDOFF_FRESH_MS. Returns their priorities (checked unless told not)."""
+        idle within HANDOFF_FRESH_MS. A blocked worker must get what the last script (a
+        dequeue if told so) handed it. Returns their priorities (checked unless told not)."""
         q, m = self.queues[qi], self.models[qi]
+        self._poll_blocked()
+        woke = None
+        if self.served and self.served[1] in (q.keys.wake, q.keys.handoff(self.served[0])):
+            woke, self.served = self.served, None
         pipe = self.client.pipeline(transaction=False)
         for c in CONSUMERS:
             pipe.lrange(q.keys.handoff(c), 0, -1)
         handed = []
         for c, items in zip(CONSUMERS, pipe.execute(), strict=True):
+            if woke and woke[1] == q.keys.handoff(c):
+                items = [woke[2], *items]  # the blocked worker took it off the head
             for item in items:
                 flat = json.loads(item)
                 for i in range(0, len(flat), 5):
@@ -401,6 +640,16 @@ class QueueMachine(RuleBasedStateMachine):
             assert (token, attempt, payload) == (t.token, t.attempts, t.payload)
             m.handed.setdefault(c, []).append(token)
             m.handed_ms[token] = lease_ms
+        if woke:
+            c, key, item = woke
+            if key == q.keys.handoff(c):
+                assert json.loads(item)[0] == m.handed[c][0], "blocked worker's handed task"
+                m.handed[c].pop(0)
+            else:  # a token pushed ahead of the handoff would reach the worker first
+                assert c not in {hc for hc, *_ in handed} or (
+                    dequeue and "dequeue-token-before-handoff" in self.known_bugs), (
+                    f"blocked {c} woken by the wake-up token while a task was handed to it")
+                self.token_taken.add(qi)
         prios = {m.requests[token.split("/")[0]].priority for _, token, *_ in handed}
         if check:
             self._check_handoffs(qi, prios)
@@ -428,6 +677,7 @@ class QueueMachine(RuleBasedStateMachine):
 
     def _ack(self, qi: int, token: str) -> None:
         m = self.models[qi]
+        before = self._script_start(qi)
         accepted = m.ack(token, self.now)
         m.promote(self.now)  # the ack runs the dequeue script, which promotes due retries
         if accepted:
@@ -435,6 +685,7 @@ class QueueMachine(RuleBasedStateMachine):
         else:
             with pytest.raises(LeaseLost):
                 self.queues[qi].ack(token)
+        self._script_end(qi, before)
 
     @precondition(lambda self: any(m.leased() or m.old_tokens for m in self.models))
     @rule(data=st.data(), retry=st.booleans())
@@ -448,6 +699,7 @@ class QueueMachine(RuleBasedStateMachine):
             with pytest.raises(LeaseLost):
                 q.fail(token, "boom", retry=retry)
             return
+        before = self._script_start(qi)
         req, t = found
         kind, base = m.fail_plan(req, t, retry)
         out = q.fail(token, "boom", "Traceback", worker="w1", retry=retry)
@@ -460,6 +712,7 @@ class QueueMachine(RuleBasedStateMachine):
         dead_id = self._dead_id(qi, req.rid, t.tid) if kind == "dead" else None
         m.end_lease(req, t, kind, due=now + out.delay_ms, dead_id=dead_id)
         m.promote(now)
+        self._script_end(qi, before)
 
     @precondition(_any_leased)
     @rule(data=st.data(), override=st.sampled_from([0, 0, 250]), beat=st.booleans())
@@ -490,6 +743,7 @@ class QueueMachine(RuleBasedStateMachine):
         qi = data.draw(st.sampled_from([i for i, m in enumerate(self.models) if m.leased()]))
         tokens = self._pick_tokens(data, qi, 3) or self._tokens(qi)[:1]
         m, want = self.models[qi], []
+        before = self._script_start(qi)
         for token in tokens:
             found = m.valid(token, self.now)
             if not found:
@@ -501,6 +755,7 @@ class QueueMachine(RuleBasedStateMachine):
             want.append(2 if cancelled else 1)
         m.promote(self.now)
         assert self.queues[qi].release(tokens) == want
+        self._script_end(qi, before)
 
     # -- time and recovery --------------------------------------------------------------
 
@@ -523,6 +778,7 @@ class QueueMachine(RuleBasedStateMachine):
     def reap(self, qi: int) -> None:
         """Expired leases go back to waiting, or dead when out of attempts, or cancelled."""
         m = self.models[qi]
+        before = self._script_start(qi)
         plan = m.reap_plan(self.now)
         want = sorted((r.rid, t.tid, t.consumer, o) for r, t, o in plan.values())
         got = sorted((x.request_id, x.task_id, x.worker, x.outcome)
@@ -532,6 +788,7 @@ class QueueMachine(RuleBasedStateMachine):
             dead_id = self._dead_id(qi, req.rid, t.tid) if outcome == "dead" else None
             m.end_lease(req, t, outcome, dead_id=dead_id)
         m.promote(self.now)
+        self._script_end(qi, before)
 
     # -- operating ----------------------------------------------------------------------
 
@@ -546,6 +803,7 @@ class QueueMachine(RuleBasedStateMachine):
             ids = data.draw(st.lists(st.sampled_from(sorted(m.dead_ids)), min_size=1,
                                      max_size=3, unique=True), label="dead ids")
             requeued = 0
+            before = self._script_start(qi)
             for did in ids:
                 rid, tid = m.dead_ids[did]
                 req = m.requests[rid]
@@ -553,6 +811,7 @@ class QueueMachine(RuleBasedStateMachine):
                 requeued += t.dead_id == did and m.revive(req, t)
             m.promote(self.now)
             assert self.queues[qi].requeue(ids) == (requeued, len(ids) - requeued)
+            self._script_end(qi, before)
             return
         if op == "cancel":  # most interesting with tasks in backoff, else running
             in_flight = ("delayed",) if any(
@@ -564,16 +823,23 @@ class QueueMachine(RuleBasedStateMachine):
             qi, req = self._pick_request(data, lambda r: r.count("dead") > 0)
         q, m = self.queues[qi], self.models[qi]
         if op == "cancel":
-            state, dropped, running = m.cancel(req)
-            res = q.cancel(req.rid)
-            assert (res.state, res.dropped, res.running) == (state, dropped, running)
+            self._cancel(qi, req)
         elif req.state in ("cancelling", "cancelled"):
             with pytest.raises(RequestCancelled):
                 q.requeue_request(req.rid)
         else:
+            before = self._script_start(qi)
             n = sum(m.revive(req, t) for t in req.of_state("dead"))
             m.promote(self.now)
             assert q.requeue_request(req.rid) == n
+            self._script_end(qi, before)
+
+    def _cancel(self, qi: int, req: Request) -> None:
+        """Cancel: waiting and delayed tasks dropped (out of every retry index), leased ones
+        left to finish; no promotion, no handoff."""
+        state, dropped, running = self.models[qi].cancel(req)
+        res = self.queues[qi].cancel(req.rid)
+        assert (res.state, res.dropped, res.running) == (state, dropped, running)
 
     @precondition(_any_task)
     @rule(data=st.data(), to=st.sampled_from(("", *CONSUMERS)))
@@ -588,12 +854,14 @@ class QueueMachine(RuleBasedStateMachine):
                 q.claim(req.rid, t.tid, "c0") if to else q.release_task(req.rid, t.tid)
             return
         if not to:
+            before = self._script_start(qi)
             holder = t.consumer
             cancelled = req.state == "cancelling"
             self.models[qi].end_lease(req, t, "cancelled" if cancelled else "waiting",
                                       counts=False)
             self.models[qi].promote(self.now)
             assert q.release_task(req.rid, t.tid) == holder
+            self._script_end(qi, before)
             return
         if to == t.consumer:
             to = CONSUMERS[(CONSUMERS.index(to) + 1) % len(CONSUMERS)]
@@ -617,6 +885,8 @@ class QueueMachine(RuleBasedStateMachine):
             # Only stale registrations leave by themselves (dropped when a handoff meets them).
             assert all(m.idle[k] < self.now - HANDOFF_FRESH_MS for k in gone), "idle set"
             m.idle = idle
+            self._settle_wake(qi)
+            assert self.client.llen(q.keys.wake) == m.wake, "wake-up token"
             for rid in check_queue(q, m):
                 req = m.requests[rid]
                 if self.waited.get((qi, rid)) != req.completions:
@@ -707,3 +977,30 @@ def test_idle_worker_is_not_handed_lower_priority_work(queue: Queue, clock: Fake
     queue.reap()  # both leases expire in one call; a-low's is processed first
     handed = [x.request_id for x in queue.leave_idle("w2")]
     assert handed in ([], ["b-high"]), f"w2 got {handed} while b-high waited"
+
+
+def test_a_blocked_idle_worker_gets_what_a_dequeue_hands_it_not_a_token(
+    queue: Queue, redis_client: redis.Redis, clock: FakeClock, wait_until: Any
+) -> None:
+    """Fixed (was "dequeue-token-before-handoff", found by the machine): dequeue.lua pushed the
+    wake-up token when
+    work is left after its own leases, before dispatch_idle() hands work to idle workers.
+    Redis serves a blocked BLPOP from the list that was pushed to first, so an idle worker
+    handed a task by a dequeue (whose acks or promotion made work eligible) is woken by the
+    token instead, its handed task left on the list, unrenewed, until its next dequeue."""
+    queue.submit([1, 2, 3], request_id="r", concurrency=3, backoff_ms=1000, max_attempts=3,
+                 handler="echo")
+    for lease in queue.dequeue("w1", 3):
+        assert queue.fail(lease, "boom").outcome == "delayed"
+    assert queue.ack_and_dequeue("w2", 1, idle_handoff=True)[1] == []  # w2 idle
+    clock.advance(1000)  # all three retries due
+    woken: list[Any] = []
+    blocked = threading.Thread(target=lambda: woken.append(wait_for_any([queue], 5.0, "w2")))
+    blocked.start()
+    wait_until(lambda: any(c.get("cmd") == "blpop" for c in redis_client.client_list()),
+               what="the worker to block")
+    # Promotes three: one to w1, one handed to w2, one left for whoever wakes next.
+    assert len(queue.dequeue("w1", 1)) == 1
+    blocked.join(5)
+    assert woken and woken[0] is not None and len(woken[0][1]) == 1, f"w2 got {woken}"
+    assert redis_client.llen(queue.keys.wake) == 1  # the rest is for another worker

@@ -106,7 +106,13 @@ got = got + take_ready(consumer, math.max(want - got, 0), lease_override, out)
 
 local next_due = -1
 if got > 0 then
-  if redis.call('EXISTS', K_READY) == 1 then wake() end
+  -- Work left over goes to idle workers, and a token wakes others, both in dispatch_idle():
+  -- a token pushed here, before the handoffs, would reach a blocked idle worker first.
+  if redis.call('EXISTS', K_READY) == 1 then
+    DISPATCH = true
+  else
+    redis.call('DEL', K_WAKE)  -- this call took what a token announced: none is left to wake for
+  end
 else
   if idle_member then redis.call('ZADD', K_IDLE, now, idle_member) end
   local first = redis.call('ZRANGE', K_DELAYED, 0, 0, 'WITHSCORES')
