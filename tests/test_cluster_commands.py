@@ -70,11 +70,6 @@ def test_one_worker_process_runs_tasks_of_two_queues_on_two_shards_for_submit_wa
     assert "Traceback" not in log and "MOVED" not in log, log
 
 
-@pytest.mark.xfail(
-    strict=True, raises=AssertionError,
-    reason="consume.py chains a call after ClusterPipeline.delete(), which returns None in "
-    "redis-py 8: leave_idle() and unregister() raise AttributeError on a cluster",
-)
 def test_sigterm_stops_a_worker_of_two_shards_cleanly(
     on_cluster: ClusterLayout, spawn_worker: Any, wait_until: Any, tmp_path: Path
 ) -> None:

@@ -228,3 +228,17 @@ def test_a_handoff_whose_lease_expired_before_pickup_is_not_run(
     assert task_log(live_queue, k) == []
     assert any("not running it" in r.getMessage() for r in caplog.records)
 
+
+
+def test_the_reaper_prunes_workers_gone_for_over_an_hour(live_queue: Queue) -> None:
+    """Was: a SIGKILLed worker stayed in the registry forever (30,000 of them: 390 ms a view)."""
+    from core.worker.heartbeat import Heartbeat
+    from core.worker.held import Held
+    from core.worker.outage import Outage
+
+    now = live_queue.now_ms()
+    live_queue.redis.zadd(live_queue.keys.workers, {"gone": now - 2 * 3_600_000, "recent": now})
+    hb = Heartbeat(worker="w", queues=[live_queue], held=Held(), lease_ms=2000, interval=0.4,
+                   reap_interval=1.0, info=dict, outage=Outage(), process=False)
+    hb.reap()
+    assert live_queue.redis.zrange(live_queue.keys.workers, 0, -1) == ["recent"]

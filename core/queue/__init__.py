@@ -4,9 +4,11 @@ fair share, fan-out with completion tracking, leases, retries and dead letters.
 Imports nothing from Django, so producers in other services can use it as it is.
 """
 
+from . import handlers
 from .client import Queue
 from .errors import (
     InvalidInput,
+    InvalidPayload,
     LeaseLost,
     NotLeased,
     PayloadTooLarge,
@@ -15,12 +17,14 @@ from .errors import (
     RedisUnavailable,
     RequestCancelled,
     RequestSealed,
+    UnknownHandlerWarning,
     UnknownRequest,
 )
 from .models import Lease, RequestInfo, Submitted
 
 __all__ = [
     "InvalidInput",
+    "InvalidPayload",
     "Lease",
     "LeaseLost",
     "NotLeased",
@@ -33,5 +37,7 @@ __all__ = [
     "RequestInfo",
     "RequestSealed",
     "Submitted",
+    "UnknownHandlerWarning",
     "UnknownRequest",
+    "handlers",
 ]

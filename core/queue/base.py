@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 import redis
 
+from .connect import Client, connect, seeds
 from .errors import InvalidInput, RedisReplyError, RedisUnavailable
 from .keys import QueueKeys
 from .models import Lease
@@ -44,7 +45,7 @@ class QueueBase:
 
     def __init__(
         self,
-        client: redis.Redis,
+        client: Client,
         name: str = "default",
         *,
         prefix: str = "qa",
@@ -65,8 +66,13 @@ class QueueBase:
 
     @classmethod
     def from_url(cls, url: str, name: str = "default", **kwargs: Any) -> Any:
-        """A queue on the Redis at `url` (redis://, rediss:// or unix://)."""
-        client = redis.Redis.from_url(url, decode_responses=True)
+        """A queue on the Redis at `url` (redis://, rediss:// or unix://), a node of a Redis
+        Cluster, or a comma-separated list of seed nodes. A Redis that does not answer yet is
+        not an error here: the first operation says so (RedisUnavailable)."""
+        try:
+            client = connect(url)
+        except RedisUnavailable:
+            client = connect(seeds(url)[0], cluster=False)
         return cls(client, name, **kwargs)
 
     def __repr__(self) -> str:

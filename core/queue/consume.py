@@ -158,20 +158,20 @@ class Consumer(QueueBase):
         with translated("leave_idle"):
             self.redis.zrem(self.keys.idle, f"{consumer}|{lease_ms}")
             # After the ZREM no script can push here any more, so this drains it for good.
-            items, _ = (
-                self.redis.pipeline(transaction=True)
-                .lrange(self.keys.handoff(consumer), 0, -1)
-                .delete(self.keys.handoff(consumer))
-                .execute()
-            )
+            # No call chaining: a cluster pipeline's delete() returns None (redis-py 8).
+            pipe = self.redis.pipeline(transaction=True)
+            pipe.lrange(self.keys.handoff(consumer), 0, -1)
+            pipe.delete(self.keys.handoff(consumer))
+            items, _ = pipe.execute()
         return [lease for item in items for lease in leases_from_reply(orjson.loads(item))]
 
     def unregister(self, worker: str) -> None:
         """Remove a worker from the registry (on clean exit)."""
         with translated("unregister"):
-            self.redis.pipeline(transaction=False).zrem(self.keys.workers, worker).delete(
-                self.keys.worker(worker)
-            ).execute()
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.zrem(self.keys.workers, worker)
+            pipe.delete(self.keys.worker(worker))
+            pipe.execute()
 
 
 def wait_for_any(

@@ -128,7 +128,8 @@ NEEDS_REDIS_7 = (
 
 def load(client: Any, lib: Library, node: Any = None) -> None:
     """FUNCTION LOAD REPLACE `lib` (same name, same text: replacing it changes nothing): on
-    every primary of a cluster, and on `node`, the one that answered "not found". A server
+    every reachable primary of a cluster, or only on `node`, the one that answered "not
+    found". A server
     without Functions (Redis < 7) is a QueueError saying so."""
     try:
         _load(client, lib, node)
@@ -142,10 +143,15 @@ def _load(client: Any, lib: Library, node: Any) -> None:
     if not is_cluster(client):
         client.function_load(lib.text, replace=True)
         return
-    targets = client.get_primaries()
-    if node is not None and node not in targets:
-        targets.append(node)
-    client.execute_command("FUNCTION LOAD", "REPLACE", lib.text, target_nodes=targets)
+    if node is not None:
+        # Only where it was missing: a primary that is down elsewhere must not fail the call.
+        client.execute_command("FUNCTION LOAD", "REPLACE", lib.text, target_nodes=node)
+        return
+    for primary in client.get_primaries():  # at start (prepare()): each shard, if reachable
+        try:
+            client.execute_command("FUNCTION LOAD", "REPLACE", lib.text, target_nodes=primary)
+        except (redis.ConnectionError, redis.TimeoutError):
+            continue  # loaded there on its first "Function not found"
 
 
 def _call_cluster(client: Any, lib: Library, fn: str, keys: Sequence[str], args: Any) -> Any:

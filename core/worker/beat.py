@@ -184,7 +184,9 @@ class ProcessBeater:
 def client_spec(client: Any) -> tuple[Any, ...]:
     """What a child process needs to connect as `client` does (picklable settings only)."""
     if hasattr(client, "nodes_manager"):
+        # A cluster has no databases: a copied db=0 would make RedisCluster refuse to start.
         kwargs = _picklable(client.nodes_manager.connection_kwargs)
+        kwargs.pop("db", None)
         nodes = [(n.host, n.port) for n in client.get_nodes()]
         return ("cluster", nodes, kwargs)
     pool = client.connection_pool

@@ -13,12 +13,14 @@ from collections.abc import Callable
 from typing import Any
 
 from core.queue import Queue, RedisReplyError, RedisUnavailable
+from core.queue.prune import prune_workers
 
 from .beat import ProcessBeater, ThreadBeater
 from .held import Held
 from .outage import Outage
 
 log = logging.getLogger("queueadmin.worker")
+PRUNE_EVERY_S = 60.0
 
 
 class Heartbeat(threading.Thread):
@@ -48,6 +50,7 @@ class Heartbeat(threading.Thread):
         self.info = info
         self.outage = outage
         self._stop_event = threading.Event()
+        self._next_prune: dict[str, float] = {}
         common: dict[str, Any] = dict(worker=worker, queues=queues, lease_ms=lease_ms,
                                       ttl_ms=max(60_000, lease_ms * 3), apply=self.apply,
                                       on_timeout=self.on_timeout)
@@ -128,6 +131,11 @@ class Heartbeat(threading.Thread):
                                 q.name, r.request_id, r.task_id, r.worker, r.outcome)
                 if len(reaped) < 500:
                     break
+            now = time.monotonic()
+            if now >= self._next_prune.get(q.name, 0.0):  # the registry forgets the long gone
+                self._next_prune[q.name] = now + PRUNE_EVERY_S
+                if pruned := prune_workers(q):
+                    log.info("pruned %d workers gone over an hour queue=%s", pruned, q.name)
 
 
 def default_name() -> str:
