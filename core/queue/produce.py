@@ -145,7 +145,7 @@ class Producer(QueueBase):
         tenant: str = "default",
         max_attempts: int = 3,
         lease_ms: int = 30_000,
-        retention_ms: int = 7 * DAY_MS,
+        retention_ms: int = DAY_MS,  # with dead letters: at least a week (the engine)
         backoff_ms: int = 1_000,
         backoff_max_ms: int = 300_000,
         seal: bool = True,
