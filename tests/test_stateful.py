@@ -2,10 +2,12 @@
 
 A hypothesis state machine drives two queues (submit, open/add/seal, dequeue, fused
 ack+dequeue, ack of live and stale leases, fail, clock, reap, extend, release, cancel,
-requeue, claim, operator release) against a reference model (tests/engine_model.py). After
-every step each task's true state is rebuilt from Redis (stream, consumer group, PEL, lease
-and retry indexes) and compared with the model: nothing lost or in two states, concurrency
-kept, counters and indexes true, priority respected, each completion recorded once.
+requeue, claim, operator release; idle workers handed work, blocked while other steps run;
+a worker serving both queues; retries of several priorities due at once) against a
+reference model (tests/engine_model.py). After every step each task's true state is rebuilt
+from Redis (stream, consumer group, PEL, lease and retry indexes) and compared with the
+model: nothing lost or in two states, concurrency kept, counters, indexes and the wake-up
+token true, priority respected, each completion recorded once.
 Deterministic tests below cover fair share and priority order across batches.
 """
 
@@ -982,12 +984,12 @@ def test_idle_worker_is_not_handed_lower_priority_work(queue: Queue, clock: Fake
 def test_a_blocked_idle_worker_gets_what_a_dequeue_hands_it_not_a_token(
     queue: Queue, redis_client: redis.Redis, clock: FakeClock, wait_until: Any
 ) -> None:
-    """Fixed (was "dequeue-token-before-handoff", found by the machine): dequeue.lua pushed the
-    wake-up token when
-    work is left after its own leases, before dispatch_idle() hands work to idle workers.
-    Redis serves a blocked BLPOP from the list that was pushed to first, so an idle worker
-    handed a task by a dequeue (whose acks or promotion made work eligible) is woken by the
-    token instead, its handed task left on the list, unrenewed, until its next dequeue."""
+    """Fixed in b5f8aeb (was "dequeue-token-before-handoff", found by the machine): dequeue.lua
+    pushed the wake-up token when work was left after its own leases, before dispatch_idle()
+    handed work to idle workers. Redis serves a blocked BLPOP from the list pushed to first,
+    so an idle worker handed a task by a dequeue (whose acks or promotion made work eligible)
+    was woken by the token instead, its handed task left on the list, unrenewed, until its
+    next dequeue."""
     queue.submit([1, 2, 3], request_id="r", concurrency=3, backoff_ms=1000, max_attempts=3,
                  handler="echo")
     for lease in queue.dequeue("w1", 3):
