@@ -28,6 +28,7 @@ from .outage import Outage
 
 log = logging.getLogger("queueadmin.worker")
 
+READY_TIMEOUT_S = 60.0
 # Applies one renewal result to a held task: (queue name, token, result, sent_at monotonic).
 Apply = Callable[[str, str, int, float], None]
 
@@ -120,6 +121,11 @@ class ProcessBeater:
         self._proc.start()
         child.close()
         self._conn = parent
+        # No task is taken before the child beats: on a loaded machine its start (a new
+        # interpreter) can take longer than a short lease.
+        if not parent.poll(READY_TIMEOUT_S) or parent.recv() != ("ready",):
+            self._proc.kill()
+            raise RuntimeError(f"the heartbeat process did not start within {READY_TIMEOUT_S:g}s")
         self._reader = threading.Thread(target=self._read, name="beat-reader", daemon=True)
         self._reader.start()
 
@@ -217,6 +223,7 @@ def _child_main(conn: Any, spec: tuple[Any, ...], prefix: str, names: list[str],
     """The heartbeat process: renew what the worker holds until the worker is gone."""
     client = client_from_spec(spec)
     queues = {n: Queue(client, n, prefix=prefix) for n in names}
+    conn.send(("ready",))
     held: dict[str, set[str]] = {n: set() for n in names}
     limits: dict[tuple[str, str], tuple[float, float]] = {}  # -> (deadline, limit)
     info: dict[str, Any] = {}
