@@ -79,5 +79,5 @@ class Command(BaseCommand):
                 f"{exc}\nREDIS_URL is {redacted(settings.REDIS_URL)}; start the stack with "
                 "`make run`, or set REDIS_URL to a running Redis."
             ) from exc
-        except (QueueError, ImportError, ImproperlyConfigured) as exc:
+        except (QueueError, ImportError, ImproperlyConfigured, RuntimeError) as exc:
             raise CommandError(str(exc)) from exc
