@@ -38,18 +38,25 @@ def time_limit_error(limit: float, worker: str) -> str:
             f"on worker {worker}; it was failed and its run abandoned")
 
 
-class ThreadBeater:
-    """Renews leases from the heartbeat thread itself (tests with an injected clock, or
-    --heartbeat thread): enough while handlers let the interpreter run."""
+class Beater:
+    """What both ways of renewing share: whose leases, how long, where results go."""
 
     def __init__(self, *, worker: str, queues: list[Queue], lease_ms: int, ttl_ms: int,
                  apply: Apply, on_timeout: Callable[[str, str, str], None]) -> None:
         self.worker = worker
-        self.queues = {q.name: q for q in queues}
+        self.queues = queues
         self.lease_ms = lease_ms
         self.ttl_ms = ttl_ms
-        self.apply = apply
-        self.on_timeout = on_timeout
+        self.apply = apply  # one renewal's result, to the task it concerns
+        self.on_timeout = on_timeout  # a task failed for running past its time limit
+
+
+class ThreadBeater(Beater):
+    """Renews leases from the heartbeat thread itself (tests with an injected clock, or
+    --heartbeat thread): enough while handlers let the interpreter run."""
+
+    def __init__(self, **common: Any) -> None:
+        super().__init__(**common)
         self._limits: dict[str, float] = {}  # token -> hard time limit (s)
 
     def start(self) -> None:
@@ -68,7 +75,8 @@ class ThreadBeater:
         now = time.monotonic()
         current = {c.lease.lease for ctxs in held.values() for c in ctxs}
         self._limits = {t: v for t, v in self._limits.items() if t in current}
-        for name, q in self.queues.items():
+        for q in self.queues:
+            name = q.name
             ctxs = held.get(name, [])
             for ctx in ctxs:
                 if ctx.deadline is not None and now > ctx.deadline and not ctx.timed_out:
@@ -89,19 +97,12 @@ def _fail_over_limit(q: Queue, token: str, error: str, worker: str) -> str:
         return "lost"
 
 
-class ProcessBeater:
+class ProcessBeater(Beater):
     """Renews leases from a child process; see the module docstring."""
 
-    def __init__(self, *, worker: str, queues: list[Queue], lease_ms: int, ttl_ms: int,
-                 interval: float, apply: Apply, on_timeout: Callable[[str, str, str], None],
-                 outage: Outage) -> None:
-        self.worker = worker
-        self.queues = queues
-        self.lease_ms = lease_ms
-        self.ttl_ms = ttl_ms
+    def __init__(self, *, interval: float, outage: Outage, **common: Any) -> None:
+        super().__init__(**common)
         self.interval = interval
-        self.apply = apply
-        self.on_timeout = on_timeout
         self.outage = outage
         self._lock = threading.Lock()  # one message at a time through the pipe, in order
         self._conn: Any = None
