@@ -35,7 +35,7 @@
 
 local GROUP = 'g'
 local BAND = 1e12
-local EVENTS_MAXLEN = 10000
+local EVENTS_MAXLEN = 1000000  -- a safety valve: the mirror (core/mirror) trims behind its groups
 
 -- The state of one call, set by begin().
 local K_READY, K_LEASES, K_DELAYED, K_DEAD, K_EVENTS, K_WAKE, K_SEQ, K_STATS
