@@ -1,9 +1,21 @@
+from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from core.views import home
+from core.views import dead, overview, pending, requests, service, workers
 
 app_name = "core"
 
 urlpatterns = [
-    path("", home.home, name="home"),
+    path("", overview.overview, name="overview"),
+    path("requests/", requests.request_list, name="requests"),
+    path("requests/<str:queue_name>/<str:request_id>/", requests.request_detail, name="request"),
+    path("pending/", pending.pending_list, name="pending"),
+    path("dead/", dead.groups, name="dead"),
+    path("dead/<str:queue_name>/<str:fingerprint>/", dead.group, name="dead_group"),
+    path("workers/", workers.worker_list, name="workers"),
+    path("healthz", service.healthz, name="healthz"),
+    path("metrics", service.metrics, name="metrics"),
+    path("login/", auth_views.LoginView.as_view(template_name="core/login.html",
+                                                redirect_authenticated_user=True), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
 ]

@@ -14,6 +14,12 @@ QA_REDIS_PORT  port of the embedded redis-server (default 6390)
 QA_REDIS_FSYNC appendfsync of the embedded redis-server: always (default) or everysec
 QA_HANDLER_MODULES  comma-separated modules whose import registers task handlers, loaded by
                every `runworker` (besides core.worker.builtins)
+METRICS_TOKEN  bearer token that /metrics requires (unset: /metrics answers 404)
+QA_SECURE_COOKIES  "1": session and CSRF cookies only over HTTPS even when Django sees plain
+               HTTP (behind a TLS proxy that sets no X-Forwarded-Proto); they are Secure
+               anyway whenever the request came over HTTPS
+QA_TRUST_X_FORWARDED_PROTO  "1": behind a proxy that sets X-Forwarded-Proto, trust it
+QA_CONSOLE_CACHE_S  seconds the console shares per-queue aggregates between requests (1)
 """
 
 from __future__ import annotations
@@ -93,9 +99,13 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # Every page needs a login; /healthz, /metrics (its own token) and the login page opt out.
+    "django.contrib.auth.middleware.LoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "core.console.security.SecurityHeadersMiddleware",
+    "core.console.errors.RedisDownMiddleware",
 ]
 
 ROOT_URLCONF = "queueadmin.urls"
@@ -132,7 +142,27 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 
-LOGIN_URL = "admin:login"
+LOGIN_URL = "core:login"
+LOGIN_REDIRECT_URL = "core:overview"
+LOGOUT_REDIRECT_URL = "core:login"
+
+# Cookies: HttpOnly (the CSRF token reaches htmx through hx-headers, not JavaScript reading
+# the cookie) and SameSite=Lax; Secure when QA_SECURE_COOKIES says so, and in any case on a
+# response to a request that came over HTTPS (core.console.security).
+SESSION_COOKIE_HTTPONLY = True
+CSRF_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_SAMESITE = "Lax"
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = _env_flag("QA_SECURE_COOKIES")
+if _env_flag("QA_TRUST_X_FORWARDED_PROTO"):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+X_FRAME_OPTIONS = "DENY"
+
+# The console.
+METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
+CONSOLE_CACHE_S = float(os.environ.get("QA_CONSOLE_CACHE_S") or "1")
+# One process's cache of the per-queue aggregates (core.console.aggregates).
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

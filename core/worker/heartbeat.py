@@ -10,17 +10,21 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from functools import cache
+from importlib import metadata
 from typing import Any
 
 from core.queue import Queue, RedisReplyError, RedisUnavailable
 from core.queue.prune import prune_workers
 
 from .beat import ProcessBeater, ThreadBeater
+from .context import TaskContext
 from .held import Held
 from .outage import Outage
 
 log = logging.getLogger("queueadmin.worker")
 PRUNE_EVERY_S = 60.0
+MAX_LISTED_TASKS = 50  # tasks named in the registry entry (the console's workers page)
 
 
 class Heartbeat(threading.Thread):
@@ -51,6 +55,7 @@ class Heartbeat(threading.Thread):
         self.outage = outage
         self._stop_event = threading.Event()
         self._next_prune: dict[str, float] = {}
+        self._seen: dict[str, int] = {}  # lease token -> when a beat first saw it held (ms)
         common: dict[str, Any] = dict(worker=worker, queues=queues, lease_ms=lease_ms,
                                       ttl_ms=max(60_000, lease_ms * 3), apply=self.apply,
                                       on_timeout=self.on_timeout)
@@ -73,7 +78,8 @@ class Heartbeat(threading.Thread):
             now = time.monotonic()
             try:
                 if now >= next_beat:
-                    self.beater.beat(self.held.snapshot(), self.info())
+                    snapshot = self.held.snapshot()
+                    self.beater.beat(snapshot, self._info(snapshot))
                     next_beat = now + self.interval
                 if now >= next_reap:
                     self.reap()
@@ -87,6 +93,22 @@ class Heartbeat(threading.Thread):
                 log.exception("heartbeat error worker=%s", self.worker)
                 wait = self.interval
             self._stop_event.wait(max(0.01, wait))
+
+    def _info(self, held: dict[str, list[TaskContext]]) -> dict[str, Any]:
+        """The runtime's info and what the console's workers page shows besides: the worker's
+        --dead-after (alive / stale / gone is judged against it), the code version, and the
+        tasks it holds with when a beat first saw each (within dead-after / 5 of its lease)."""
+        now = int(time.time() * 1000)
+        seen, self._seen = self._seen, {}
+        tasks = []
+        for queue, ctxs in held.items():
+            for ctx in ctxs:
+                since = self._seen[ctx.lease.lease] = seen.get(ctx.lease.lease, now)
+                tasks.append({"queue": queue, "request": ctx.request_id, "task": ctx.task_id,
+                              "since": since})
+        tasks.sort(key=lambda t: t["since"])
+        return self.info() | {"dead_after_ms": self.lease_ms, "version": _version(),
+                              "tasks": tasks[:MAX_LISTED_TASKS]}
 
     def apply(self, queue: str, token: str, result: int, sent_at: float) -> None:
         """One renewal's answer: 1 renewed, 2 renewed but cancelled, -1 lease lost."""
@@ -136,6 +158,14 @@ class Heartbeat(threading.Thread):
                 self._next_prune[q.name] = now + PRUNE_EVERY_S
                 if pruned := prune_workers(q):
                     log.info("pruned %d workers gone over an hour queue=%s", pruned, q.name)
+
+
+@cache
+def _version() -> str:
+    try:
+        return metadata.version("queueadmin")
+    except metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown"
 
 
 def default_name() -> str:

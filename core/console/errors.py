@@ -1,0 +1,72 @@
+"""Error pages: 400 / 403 / 404 with the reason, and a 503 with a banner when Redis cannot be
+reached or refuses (LOADING, BUSY...). Never a traceback; the next request tries again, so
+the console recovers by itself."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+
+from core.conf import redacted
+from core.queue import RedisReplyError, RedisUnavailable
+
+log = logging.getLogger("queueadmin.console")
+
+
+def error_page(request: HttpRequest, status: int, title: str, message: str) -> HttpResponse:
+    template = "core/error.html#body" if request.headers.get("HX-Request") else "core/error.html"
+    return render(request, template, {"status": status, "title": title, "message": message},
+                  status=status)
+
+
+def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
+    return error_page(request, 400, "Bad request", str(exception) or "The request is invalid.")
+
+
+def permission_denied(request: HttpRequest, exception: Exception) -> HttpResponse:
+    return error_page(request, 403, "Not allowed",
+                      "Your account may not see the console. Ask an administrator to add you "
+                      "to the viewer or operator group.")
+
+
+def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
+    message = exception.args[0] if exception.args and isinstance(exception.args[0], str) \
+        else "There is no such page."
+    return error_page(request, 404, "Not found", message)
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    return error_page(request, 500, "Server error", "Something went wrong; it has been logged.")
+
+
+class RedisDownMiddleware:
+    """Turns an unreachable or refusing Redis into the 503 page with its banner."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.get_response(request)
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        if not isinstance(exception, RedisUnavailable | RedisReplyError):
+            return None
+        log.warning("console: Redis unavailable for %s: %s", request.path, exception)
+        where = redacted(settings.REDIS_URL)
+        busy = isinstance(exception, RedisReplyError)
+        message = (
+            f"Redis at {where} answered with an error ({exception}); it may be loading its "
+            "data or busy. This page retries by itself."
+            if busy else
+            f"Redis at {where} cannot be reached. Queue state is unknown until it answers "
+            "again; this page retries by itself. Start the stack with make run, or check "
+            "REDIS_URL."
+        )
+        template = "core/error.html#body" if request.headers.get("HX-Request") \
+            else "core/error.html"
+        return render(request, template, {"status": 503, "title": "Redis unavailable",
+                                          "message": message, "redis_down": True}, status=503)

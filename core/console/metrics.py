@@ -1,0 +1,55 @@
+"""/metrics: a Prometheus collector over the same cached aggregates the pages read."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from core.conf import get_queue
+from core.queue import RedisReplyError, RedisUnavailable
+
+from .aggregates import summary
+from .queues import queue_names
+
+
+class QueueCollector(Collector):
+    def collect(self) -> Iterator[Metric]:
+        up = GaugeMetricFamily("queueadmin_redis_up", "Whether Redis answered", labels=[])
+        waiting = GaugeMetricFamily("queueadmin_waiting_tasks", "Tasks waiting",
+                                    labels=["queue", "priority"])
+        leased = GaugeMetricFamily("queueadmin_leased_tasks", "Tasks leased to workers",
+                                   labels=["queue"])
+        expired = GaugeMetricFamily("queueadmin_expired_leases",
+                                    "Leases past their expiry not recovered yet", labels=["queue"])
+        delayed = GaugeMetricFamily("queueadmin_delayed_tasks", "Tasks in retry backoff",
+                                    labels=["queue"])
+        dead = GaugeMetricFamily("queueadmin_dead_letters", "Dead letters", labels=["queue"])
+        requests = GaugeMetricFamily("queueadmin_requests", "Requests by state",
+                                     labels=["queue", "state"])
+        workers = GaugeMetricFamily("queueadmin_workers", "Registered workers",
+                                    labels=["queue", "state"])
+        totals = CounterMetricFamily("queueadmin_tasks", "Tasks counted since the queue began",
+                                     labels=["queue", "outcome"])
+        ok = 1
+        for name in queue_names():
+            try:
+                s = summary(get_queue(name))
+            except (RedisUnavailable, RedisReplyError):
+                ok = 0
+                break
+            for prio, n in s.stats.waiting_by_priority.items():
+                waiting.add_metric([name, str(prio)], n)
+            leased.add_metric([name], s.stats.leased)
+            expired.add_metric([name], s.expired_leases)
+            delayed.add_metric([name], s.stats.delayed)
+            dead.add_metric([name], s.stats.dead)
+            for state, n in s.stats.requests_by_state.items():
+                requests.add_metric([name, state], n)
+            workers.add_metric([name, "live"], s.live_workers)
+            workers.add_metric([name, "stale"], s.stale_workers)
+            for outcome in ("submitted", "done", "failed", "retried"):
+                totals.add_metric([name, outcome], s.stats.totals.get(outcome, 0))
+        up.add_metric([], ok)
+        yield from (up, waiting, leased, expired, delayed, dead, requests, workers, totals)

@@ -1,0 +1,25 @@
+"""manage.py createuser NAME --role viewer|operator: a console account; prints its generated
+password once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from core.console.users import ROLES, UserError, create_user
+
+
+class Command(BaseCommand):
+    help = "Create a console user in the viewer or operator group; prints its password once."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("name")
+        parser.add_argument("--role", required=True, help=f"one of {', '.join(ROLES)}")
+
+    def handle(self, *args: Any, name: str, role: str, **options: Any) -> None:
+        try:
+            password = create_user(name, role)
+        except UserError as exc:
+            raise CommandError(str(exc)) from exc
+        self.stdout.write(f"created {role} {name!r}; password (shown once): {password}")

@@ -1,0 +1,132 @@
+"""The console's one way to show a time, a duration, a payload and a progress bar."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from typing import Any
+
+from django import template
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+register = template.Library()
+
+PAYLOAD_PREVIEW = 300  # characters shown before "show all"
+
+
+def _to_datetime(value: Any) -> dt.datetime | None:
+    if isinstance(value, dt.datetime):
+        return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return dt.datetime.fromtimestamp(value / 1000, dt.UTC)
+    return None
+
+
+@register.filter
+def duration(ms: Any) -> str:
+    """Milliseconds as "850 ms", "42 s", "3 min 4 s", "2 h 5 min", "3 d 4 h"."""
+    if ms is None or ms == "":
+        return "—"
+    ms = int(ms)
+    s = abs(ms) // 1000
+    if abs(ms) < 1000:
+        return f"{ms} ms"
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60} s" if s % 60 and s < 600 else f"{s // 60} min"
+    if s < 86400:
+        return f"{s // 3600} h {s % 3600 // 60} min"
+    return f"{s // 86400} d {s % 86400 // 3600} h"
+
+
+@register.simple_tag
+def ago(value: Any) -> SafeString:
+    """A time as "3 min ago" ("in 5 s" if ahead), with the exact UTC time on hover."""
+    when = _to_datetime(value)
+    if when is None:
+        return format_html("<span class=\"muted\">{}</span>", "—")
+    delta_ms = int((time.time() - when.timestamp()) * 1000)
+    text = "just now" if abs(delta_ms) < 1000 else (
+        f"{duration(delta_ms)} ago" if delta_ms > 0 else f"in {duration(-delta_ms)}"
+    )
+    exact = when.astimezone(dt.UTC)
+    return format_html('<time datetime="{}" title="{} UTC">{}</time>',
+                       exact.isoformat(timespec="milliseconds"),
+                       exact.strftime("%Y-%m-%d %H:%M:%S.") + f"{exact.microsecond // 1000:03d}",
+                       text)
+
+
+@register.simple_tag
+def payload(text: Any, limit: int = PAYLOAD_PREVIEW) -> SafeString:
+    """A payload (JSON text) pretty-printed and escaped; a long one is cut, with a "show all"
+    that is a plain <details> (it works without JavaScript)."""
+    raw = "" if text is None else str(text)
+    try:
+        pretty = json.dumps(json.loads(raw), indent=2, ensure_ascii=False)
+    except ValueError:
+        pretty = raw
+    if len(pretty) <= limit:
+        return format_html('<pre class="payload">{}</pre>', pretty)
+    return format_html(
+        '<details class="payload"><summary><pre>{}…</pre><span class="more">show all '
+        "({} characters)</span></summary><pre>{}</pre></details>",
+        pretty[:limit], f"{len(pretty):,}", pretty,
+    )
+
+
+@register.simple_tag
+def text_block(text: Any, limit: int = 400) -> SafeString:
+    """A long text (error, traceback) escaped, cut with "show all" like a payload."""
+    raw = "" if text is None else str(text)
+    if len(raw) <= limit:
+        return format_html('<pre class="text">{}</pre>', raw)
+    return format_html(
+        '<details class="payload"><summary><pre class="text">{}…</pre><span class="more">'
+        "show all ({} characters)</span></summary><pre class=\"text\">{}</pre></details>",
+        raw[:limit], f"{len(raw):,}", raw,
+    )
+
+
+SEGMENTS = ("done", "dead", "cancelled", "leased", "delayed", "waiting")
+
+
+@register.simple_tag
+def progress(row: Any) -> SafeString:
+    """A request's tasks as one bar: done, dead, cancelled, leased, delayed, waiting. SVG
+    rectangles (attributes, not inline style, so a strict CSP allows it)."""
+    counts = {s: max(0, int(getattr(row, s, 0) or 0)) for s in SEGMENTS}
+    total = max(int(getattr(row, "total", 0) or 0), sum(counts.values()), 1)
+    x = 0.0
+    rects = []
+    for name in SEGMENTS:
+        width = 100 * counts[name] / total
+        if width > 0:
+            rects.append(format_html('<rect class="p-{}" x="{}" y="0" width="{}" '
+                                     'height="8"></rect>', name, f"{x:.3f}", f"{width:.3f}"))
+        x += width
+    label = ", ".join(f"{counts[s]:,} {s}" for s in SEGMENTS if counts[s]) or "no tasks"
+    finished = counts["done"] + counts["dead"] + counts["cancelled"]
+    return format_html(
+        '<span class="progress"><svg viewBox="0 0 100 8" preserveAspectRatio="none" '
+        'role="img" aria-label="{}"><title>{}</title><rect class="p-track" x="0" y="0" '
+        'width="100" height="8"></rect>{}</svg><span class="pct">{}%</span></span>',
+        label, label, SafeString("".join(rects)), f"{100 * finished // total}",
+    )
+
+
+@register.filter
+def get_item(mapping: Any, key: Any) -> Any:
+    """mapping[key], or None."""
+    return mapping.get(key) if isinstance(mapping, dict) else None
+
+
+@register.filter
+def sub(value: Any, other: Any) -> int:
+    """value - other, for durations in templates."""
+    try:
+        return int(value) - int(other)
+    except (TypeError, ValueError):
+        return 0

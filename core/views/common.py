@@ -1,0 +1,64 @@
+"""What every console page shares: the permission, the layout's context, full page or the
+polled fragment."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from functools import wraps
+from typing import Any, ParamSpec
+
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_safe
+
+from core.console.aggregates import summary
+from core.console.queues import queue_names
+from core.queue import Queue
+
+P = ParamSpec("P")
+PERMISSION = "core.view_console"
+LIVE_TARGET = "live"  # id of the element a page's polling replaces
+POLL_S = 3
+
+
+def console_page(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """A page of the console: GET or HEAD only (GET never changes state), needs
+    core.view_console (LoginRequiredMiddleware has already sent anonymous visitors to log in)."""
+
+    @require_safe
+    @wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not request.user.has_perm(PERMISSION):
+            raise PermissionDenied
+        return view(request, *args, **kwargs)
+
+    return wrapped
+
+
+def polled(request: HttpRequest) -> bool:
+    """Is this htmx's poll of the page's live fragment (else: the whole page)?"""
+    htmx: Any = getattr(request, "htmx", None)
+    return bool(htmx) and htmx.target == LIVE_TARGET
+
+
+def page(
+    request: HttpRequest, template: str, queue: Queue, context: dict[str, Any], *,
+    nav: str, status: int = 200, live: bool = True,
+) -> HttpResponse:
+    """The whole page, or its `live` partial for a poll. `live=False` renders the fragment
+    without its polling trigger and answers 286, so htmx stops polling (a finished request)."""
+    ctx = {
+        "queue": queue.name,
+        "queues": queue_names(),
+        "summary": summary(queue),
+        "nav": nav,
+        "live": live,
+        "poll_s": POLL_S,
+        "now_ms": int(time.time() * 1000),
+        **context,
+    }
+    if polled(request):
+        return render(request, f"{template}#live", ctx, status=status if live else 286)
+    return render(request, template, ctx, status=status)

@@ -1,0 +1,65 @@
+"""Overview: every queue's depths, workers and anomalies; the picked queue's charts; Redis."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
+
+from core.conf import get_queue
+from core.console import charts
+from core.console.aggregates import cached, redis_health, summary
+from core.console.queues import queue_from, queue_names
+from core.models import QueueSample
+
+from .common import console_page, page
+
+# Dead letters grew over this window: an anomaly.
+DEAD_WINDOW = dt.timedelta(minutes=10)
+
+
+@console_page
+def overview(request: HttpRequest) -> HttpResponse:
+    queue = queue_from(request)
+    now = timezone.now()
+    summaries = [summary(get_queue(name)) for name in queue_names()]
+    current = next(s for s in summaries if s.name == queue.name)
+    # Samples come every ~10 s and the charts move by the minute: 10 s of cache is plenty.
+    dead_before = cached(f"dead-before|{queue.name}", lambda: _dead_before(queue.name, now),
+                         factor=10)
+    chart_list = cached(
+        f"charts|{queue.name}",
+        lambda: [charts.chart(queue.name, w, now) for w in (charts.HOUR, charts.DAY)],
+        factor=10,
+    )
+    anomalies = []
+    if current.unattended:
+        anomalies.append(f"{current.stats.waiting + current.stats.delayed:,} tasks wait and no "
+                         "worker is live.")
+    if current.expired_leases:
+        anomalies.append(f"{current.expired_leases:,} leases are past their expiry and not "
+                         "recovered yet: a worker died or stalls, or no worker runs the reaper.")
+    if dead_before is not None and current.stats.dead > dead_before:
+        anomalies.append(f"Dead letters grew by {current.stats.dead - dead_before:,} in the "
+                         "last 10 minutes.")
+    if current.stale_workers:
+        anomalies.append(f"{current.stale_workers} registered workers have not beaten lately.")
+    context = {
+        "summaries": summaries,
+        "current": current,
+        "anomalies": anomalies,
+        "charts": chart_list,
+        "health": redis_health(),
+    }
+    return page(request, "core/overview.html", queue, context, nav="overview")
+
+
+def _dead_before(queue: str, now: dt.datetime) -> int | None:
+    """Dead letters in the queue's sample from about DEAD_WINDOW ago (None: no sample)."""
+    row = (
+        QueueSample.objects.filter(queue=queue, at__lte=now - DEAD_WINDOW,
+                                   at__gte=now - 2 * DEAD_WINDOW)
+        .order_by("-at").values_list("dead", flat=True).first()
+    )
+    return row
