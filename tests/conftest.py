@@ -16,6 +16,13 @@ from core.queue import Queue
 from core.redis_server import RedisCluster, RedisServer, start_cluster, start_redis
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--screenshots", action="store_true",
+        help="browser tests save a screenshot of each page under var/screenshots/",
+    )
+
+
 class FakeClock:
     """Milliseconds that only move when a test says so (lease expiry, backoff)."""
 
