@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import redis
 from django.conf import settings
@@ -40,7 +40,7 @@ def cached(key: str, compute: Callable[[], T], *, factor: float = 1.0) -> T:
     if ttl > 0:
         hit = cache.get(full)
         if hit is not None:
-            return hit  # type: ignore[no-any-return]
+            return cast(T, hit)
     value = compute()
     if ttl > 0:
         cache.set(full, value, ttl)

@@ -62,4 +62,4 @@ def _dead_before(queue: str, now: dt.datetime) -> int | None:
                                    at__gte=now - 2 * DEAD_WINDOW)
         .order_by("-at").values_list("dead", flat=True).first()
     )
-    return row
+    return None if row is None else int(row)

@@ -58,11 +58,11 @@ def _entries(queue: Queue, after: PageCursor | None) -> tuple[int, list[Entry], 
         rows = _page_ascending(r, k.leases, after, PAGE + 1)
         page_rows, more = rows[:PAGE], len(rows) > PAGE
         pipe = r.pipeline(transaction=False)
-        parsed = []
+        parsed: list[tuple[str, int, str, str, int]] = []
         for token, score in page_rows:
             rid, _, rest = token.partition("/")
-            tid, _, delivery = rest.partition("/")
-            parsed.append((token, int(score), rid, tid, int(delivery or 0)))
+            tid, _, n = rest.partition("/")
+            parsed.append((token, int(score), rid, tid, int(n) if n.isdecimal() else 0))
             pipe.xpending_range(k.tasks(rid), "g", tid, tid, 1)
         pel = pipe.execute(raise_on_error=False)
         consumers = sorted({p[0]["consumer"] for p in pel if isinstance(p, list) and p})

@@ -113,15 +113,16 @@ def request_list(request: HttpRequest) -> HttpResponse:
     rows = [Row.of(queue.name, r, live.get(r.request_id)) for r in paged.items]
     if exact is not None and not any(r.id == exact.id for r in rows):
         rows.insert(0, exact)
+    any_live = any(not r.final for r in rows)
     context = {
         "rows": rows, "paged": paged, "states": STATES, "sorts": SORTS,
         "filters": {"state": state or "", "tenant": tenant or "", "handler": handler or "",
                     "priority": "" if priority is None else priority, "id": find or "",
                     "since": q.get("since", ""), "until": q.get("until", ""), "sort": sort},
-        "any_live": any(not r.final for r in rows),
     }
+    # Poll while something on the page can still change, or new requests can appear (page 1).
     return page(request, "core/requests.html", queue, context, nav="requests",
-                live=context["any_live"] or paged.first)
+                live=any_live or paged.first)
 
 
 def _find(queue: Queue, rid: str) -> Row | None:

@@ -1,0 +1,102 @@
+"""/metrics, /healthz, createuser, and the cache that keeps many tabs from multiplying Redis
+reads."""
+
+from __future__ import annotations
+
+from io import StringIO
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.management import CommandError, call_command
+from django.test import Client
+
+from core.queue import Queue
+from core.redis_server import free_port
+from tests.console_fixtures import Seeded, console, seeded, viewer  # noqa: F401
+
+pytestmark = pytest.mark.django_db
+
+
+def test_metrics_is_off_without_a_token(client: Client, console: Queue, settings: Any) -> None:
+    settings.METRICS_TOKEN = ""
+    assert client.get("/metrics").status_code == 404
+    assert client.get("/metrics", headers={"Authorization": "Bearer "}).status_code == 404
+
+
+def test_metrics_needs_the_bearer_token(client: Client, seeded: Seeded, settings: Any) -> None:
+    settings.METRICS_TOKEN = "s3cret-token"
+    assert client.get("/metrics").status_code == 403
+    assert client.get("/metrics", headers={"Authorization": "Bearer wrong"}).status_code == 403
+    response = client.get("/metrics", headers={"Authorization": "Bearer s3cret-token"})
+    assert response.status_code == 200
+    text = response.content.decode()
+    assert 'queueadmin_waiting_tasks{priority="70",queue="default"} 4.0' in text
+    assert 'queueadmin_leased_tasks{queue="default"} 1.0' in text
+    assert 'queueadmin_dead_letters{queue="default"} 1.0' in text
+    assert 'queueadmin_workers{queue="default",state="live"} 1.0' in text
+    assert 'queueadmin_requests{queue="default",state="active"} 1.0' in text
+    assert 'queueadmin_tasks_total{outcome="submitted",queue="default"} 6.0' in text
+    assert "queueadmin_redis_up 1.0" in text
+
+
+def test_metrics_says_redis_is_down(client: Client, console: Queue, settings: Any) -> None:
+    settings.METRICS_TOKEN = "t"
+    settings.REDIS_URL = f"redis://127.0.0.1:{free_port()}/0"
+    response = client.get("/metrics", headers={"Authorization": "Bearer t"})
+    assert response.status_code == 200
+    assert "queueadmin_redis_up 0.0" in response.content.decode()
+
+
+def test_healthz_is_public_and_says_what_answers(
+    client: Client, console: Queue, settings: Any
+) -> None:
+    response = client.get("/healthz")
+    assert response.status_code == 200
+    assert response.json() == {"healthy": True, "redis": "ok", "database": "ok"}
+    settings.REDIS_URL = f"redis://127.0.0.1:{free_port()}/0"
+    response = client.get("/healthz")
+    assert response.status_code == 503
+    assert response.json()["redis"].startswith("error") and response.json()["database"] == "ok"
+
+
+def test_createuser_prints_a_password_once_and_the_user_can_log_in(client: Client) -> None:
+    out = StringIO()
+    call_command("createuser", "ana", "--role", "viewer", stdout=out)
+    password = out.getvalue().strip().rsplit(" ", 1)[-1]
+    user = User.objects.get(username="ana")
+    assert user.has_perm("core.view_console") and not user.is_staff
+    assert [g.name for g in user.groups.all()] == ["viewer"]
+    assert client.login(username="ana", password=password)
+    call_command("createuser", "olaf", "--role", "operator", stdout=StringIO())
+    assert User.objects.get(username="olaf").groups.get().name == "operator"
+
+
+def test_createuser_refuses_clearly(db: Any) -> None:
+    call_command("createuser", "ana", "--role", "viewer", stdout=StringIO())
+    with pytest.raises(CommandError, match="already exists"):
+        call_command("createuser", "ana", "--role", "viewer", stdout=StringIO())
+    with pytest.raises(CommandError, match="unknown role 'admin'"):
+        call_command("createuser", "bob", "--role", "admin", stdout=StringIO())
+    assert not User.objects.filter(username="bob").exists()
+
+
+def test_many_tabs_cost_redis_one_read_per_second(
+    viewer: Client, seeded: Seeded, settings: Any, console: Queue
+) -> None:
+    from django.core.cache import cache
+
+    settings.CONSOLE_CACHE_S = 30
+    cache.clear()
+    viewer.get("/")
+
+    def calls() -> int:
+        stats = console.redis.info("commandstats")
+        return sum(int(v["calls"]) for k, v in stats.items() if k != "cmdstat_info")
+
+    before = calls()
+    poll = {"HX-Request": "true", "HX-Target": "live"}
+    for _ in range(5):
+        assert viewer.get("/", headers=poll).status_code == 200
+    assert calls() - before == 0  # every aggregate of the overview came from the cache
+    cache.clear()
