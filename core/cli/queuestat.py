@@ -7,11 +7,12 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
+from django.conf import settings
 from rich.console import Console
 from rich.table import Table
 
 from core.cli import command_errors
-from core.conf import DEFAULT_QUEUE, get_queue
+from core.conf import DEFAULT_QUEUE, get_queue, redis_client
 from core.queue import introspect
 from core.queue.introspect import QueueStats
 from core.queue.models import STATES
@@ -21,10 +22,16 @@ TOTALS = ("submitted", "done", "retried", "failed")
 
 
 def collect(queues: Sequence[str] = ()) -> list[QueueStats]:
-    """Stats of each named queue (the default queue if none), in the order given."""
-    names = list(dict.fromkeys(queues)) or [DEFAULT_QUEUE]
+    """Stats of each named queue in the order given; with none, of every queue in the
+    registry (by name), or of the default queue while the registry is empty."""
     with command_errors("queuestat"):
+        names = list(dict.fromkeys(queues)) or all_queues()
         return [introspect.stats(get_queue(name)) for name in names]
+
+
+def all_queues() -> list[str]:
+    """Every registered queue under settings.QUEUE_PREFIX; the default queue if none is."""
+    return introspect.queues(redis_client(), prefix=settings.QUEUE_PREFIX) or [DEFAULT_QUEUE]
 
 
 def queuestat(

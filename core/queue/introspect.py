@@ -8,6 +8,7 @@ from typing import Any
 
 import redis
 
+from . import registry
 from .base import int_in
 from .client import Queue, translated
 from .keys import validate_id
@@ -54,6 +55,12 @@ class QueueStats:
             "workers": self.workers,
             "totals": self.totals,
         }
+
+
+def queues(client: Any, *, prefix: str = "qa") -> list[str]:
+    """Every queue under `prefix` that a producer or worker has used, sorted by name; one
+    command (the registry zset, see registry.py), never KEYS or SCAN."""
+    return registry.names(client, prefix=prefix)
 
 
 def stats(q: Queue, *, worker_timeout_ms: int = 15_000) -> QueueStats:

@@ -30,6 +30,12 @@ def validate_task_id(value: object) -> str:
     return value
 
 
+def registry_key(prefix: str) -> str:
+    """The zset of every queue name under `prefix` -> when it was last seen (ms). Outside
+    every queue's hash tag: on a cluster it is a key of its own, written and read alone."""
+    return f"{validate_id(prefix, 'key prefix')}:queues"
+
+
 @dataclass(frozen=True)
 class QueueKeys:
     """All key names of one queue; they share the hash tag {queue} so one shard holds them."""
@@ -80,6 +86,11 @@ class QueueKeys:
     @property
     def stats(self) -> str:
         return self.base + "stats"
+
+    @property
+    def registry(self) -> str:
+        """The prefix's queue registry (see registry_key); not a key of this queue."""
+        return registry_key(self.prefix)
 
     @property
     def reaper_lock(self) -> str:

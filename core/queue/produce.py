@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from . import handlers
+from . import handlers, registry
 from .base import QueueBase, int_in
 from .errors import (
     InvalidInput,
@@ -191,6 +191,7 @@ class Producer(QueueBase):
             if (mode if created else resume) == 2:
                 state = self.seal(rid)
         self._check_handler(handler)
+        registry.seen(self)  # once per process and queue: the console lists every queue
         return Submitted(rid, created, state, total)
 
     def _append_from(self, rid: str, payloads: list[bytes], total: int) -> int:

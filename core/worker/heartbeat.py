@@ -14,7 +14,7 @@ from functools import cache
 from importlib import metadata
 from typing import Any
 
-from core.queue import Queue, RedisReplyError, RedisUnavailable
+from core.queue import Queue, RedisReplyError, RedisUnavailable, registry
 from core.queue.prune import prune_workers
 
 from .beat import ProcessBeater, ThreadBeater
@@ -80,6 +80,7 @@ class Heartbeat(threading.Thread):
                 if now >= next_beat:
                     snapshot = self.held.snapshot()
                     self.beater.beat(snapshot, self._info(snapshot))
+                    registry.touch(self.queues)  # keeps the queues listed (console, mirror)
                     next_beat = now + self.interval
                 if now >= next_reap:
                     self.reap()

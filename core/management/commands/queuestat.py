@@ -19,7 +19,8 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument(
-            "--queue", "-q", action="append", default=[], help="queue name; repeat for several"
+            "--queue", "-q", action="append", default=[],
+            help="queue name; repeat for several (default: every registered queue)",
         )
         parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
