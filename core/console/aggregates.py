@@ -114,6 +114,10 @@ class RedisHealth:
     rdb_status: str
     nodes: int
 
+    @property
+    def uptime_ms(self) -> int:
+        return self.uptime_s * 1000
+
 
 def redis_health() -> RedisHealth:
     """INFO of the console's Redis (the first node of a cluster), cached."""

@@ -86,7 +86,7 @@ class Chart:
     lines: list[Line]
     ymax: float
     hits: list[tuple[float, float, str]]  # x, width, tooltip per bucket
-    labels: list[tuple[float, str]]  # x, text under the axis
+    labels: list[tuple[float, str, str]]  # x, text under the axis, its text-anchor
     empty: bool
     plot_left: int
     plot_bottom: int
@@ -131,8 +131,10 @@ def chart(queue: str, window: Window, now: dt.datetime) -> Chart:
         hits.append((PAD_LEFT + step * i, step, f"{b.start:%H:%M} UTC: {text}"))
     labels = []
     if data:
-        for i in (0, len(data) // 2, len(data) - 1):
-            labels.append((PAD_LEFT + step * (i + 0.5), f"{data[i].start:%H:%M}"))
+        labels = [(float(PAD_LEFT), f"{data[0].start:%H:%M}", "start"),
+                  (PAD_LEFT + step * (len(data) // 2), f"{data[len(data) // 2].start:%H:%M}",
+                   "middle"),
+                  (PAD_LEFT + plot_w, f"{(data[-1].start + window.bucket):%H:%M} UTC", "end")]
     return Chart(
         title=window.name, width=WIDTH, height=HEIGHT, lines=lines, ymax=ymax, hits=hits,
         labels=labels, empty=all(not line.paths for line in lines), plot_left=PAD_LEFT,

@@ -13,7 +13,7 @@ from django.utils.safestring import SafeString
 
 register = template.Library()
 
-PAYLOAD_PREVIEW = 300  # characters shown before "show all"
+PAYLOAD_PREVIEW = 120  # characters of a payload shown before "show all"
 
 
 def _to_datetime(value: Any) -> dt.datetime | None:
@@ -61,19 +61,23 @@ def ago(value: Any) -> SafeString:
 
 @register.simple_tag
 def payload(text: Any, limit: int = PAYLOAD_PREVIEW) -> SafeString:
-    """A payload (JSON text) pretty-printed and escaped; a long one is cut, with a "show all"
-    that is a plain <details> (it works without JavaScript)."""
+    """A payload (JSON text), escaped: one compact line, cut at `limit` characters; when that
+    is not all of it, a "show all" opens it pretty-printed. A plain <details>, so it works
+    without JavaScript."""
     raw = "" if text is None else str(text)
     try:
-        pretty = json.dumps(json.loads(raw), indent=2, ensure_ascii=False)
+        value = json.loads(raw)
     except ValueError:
-        pretty = raw
-    if len(pretty) <= limit:
-        return format_html('<pre class="payload">{}</pre>', pretty)
+        compact = pretty = raw
+    else:
+        compact = json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+        pretty = json.dumps(value, indent=2, ensure_ascii=False)
+    if len(compact) <= limit and "\n" not in compact:
+        return format_html('<code class="payload">{}</code>', compact)
     return format_html(
-        '<details class="payload"><summary><pre>{}…</pre><span class="more">show all '
-        "({} characters)</span></summary><pre>{}</pre></details>",
-        pretty[:limit], f"{len(pretty):,}", pretty,
+        '<details class="payload"><summary><code>{}</code> <span class="more">show all'
+        "</span></summary><pre>{}</pre></details>",
+        compact[:limit] + ("…" if len(compact) > limit else ""), pretty,
     )
 
 

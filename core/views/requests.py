@@ -105,9 +105,11 @@ def request_list(request: HttpRequest) -> HttpResponse:
     exact: Row | None = None
     if find:
         exact = _find(queue, find)
-        # A prefix: a range on the request_id index, then the prefix itself (the range alone
-        # would be enough in a byte-ordered collation, not in every PostgreSQL one).
-        qs = qs.filter(request_id__gte=find, request_id__startswith=find)
+        # A prefix: a range on the (queue, request_id) index, [find, its successor), then the
+        # prefix itself (the range alone is exact in a byte-ordered collation, SQLite's and
+        # PostgreSQL's "C"; under a linguistic one it could leave out ids with punctuation).
+        upper = find[:-1] + chr(ord(find[-1]) + 1)
+        qs = qs.filter(request_id__gte=find, request_id__lt=upper, request_id__startswith=find)
     paged: Paged[Request] = keyset(qs, field, db_cursor(request))
     live = _live(queue, [r.request_id for r in paged.items if r.state not in TERMINAL_STATES])
     rows = [Row.of(queue.name, r, live.get(r.request_id)) for r in paged.items]
