@@ -197,3 +197,19 @@ def test_links_work_without_javascript(viewer: Client, seeded: Seeded) -> None:
             href = re.search(r'href="([^"]*)"', tag)
             get = re.search(r'hx-get="([^"]*)"', tag)
             assert href and get and href.group(1) == get.group(1), tag
+
+
+def test_every_registered_queue_is_listed_and_can_be_picked(
+    viewer: Client, seeded: Seeded, settings: Any
+) -> None:
+    from core.conf import get_queue
+
+    other = get_queue("reports")
+    other.submit([{"r": 1}], handler="export", request_id="monthly")  # registers "reports"
+    html = viewer.get("/").content.decode()
+    assert '<option value="reports">reports</option>' in html
+    assert "?queue=reports" in html
+    response = viewer.get("/?queue=reports")
+    assert response.status_code == 200
+    assert response.context["current"].stats.waiting == 1
+    assert viewer.get("/requests/reports/monthly/").status_code == 200

@@ -33,12 +33,12 @@ class QueueCollector(Collector):
         totals = CounterMetricFamily("queueadmin_tasks", "Tasks counted since the queue began",
                                      labels=["queue", "outcome"])
         ok = 1
-        for name in queue_names():
-            try:
-                s = summary(get_queue(name))
-            except (RedisUnavailable, RedisReplyError):
-                ok = 0
-                break
+        try:
+            summaries = [summary(get_queue(name)) for name in queue_names()]
+        except (RedisUnavailable, RedisReplyError):
+            ok, summaries = 0, []
+        for s in summaries:
+            name = s.name
             for prio, n in s.stats.waiting_by_priority.items():
                 waiting.add_metric([name, str(prio)], n)
             leased.add_metric([name], s.stats.leased)
