@@ -1,5 +1,6 @@
 # make run   the whole stack on this machine: redis-server, database, admin user, console
-# make test  system packages + venv + lint + the full test suite
+# make test  system packages + venv + lint + the full test suite (its database tests also on
+#            PostgreSQL when TEST_POSTGRES_URL is set)
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
@@ -63,11 +64,24 @@ define pytest
 	exit $$rc
 endef
 
+# Then the database tests (marked django_db) again on PostgreSQL when TEST_POSTGRES_URL names
+# a server (.ci/run sets it): pytest-django creates a throwaway test database there and drops it.
+define pytest_postgres
+	@if [ -n "$$TEST_POSTGRES_URL" ]; then \
+	  echo "database tests again on PostgreSQL"; \
+	  rc=0; DATABASE_URL="$$TEST_POSTGRES_URL" $(PY) -m pytest -m "$(1)" $(PYTEST_ARGS) || rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "pytest ran no tests: failing the build" >&2; exit 1; fi; \
+	  exit $$rc; \
+	fi
+endef
+
 test: system-deps install lint
 	$(call pytest,)
+	$(call pytest_postgres,django_db)
 
 test-fast: system-deps install lint
 	$(call pytest,-m "not slow")
+	$(call pytest_postgres,django_db and not slow)
 
 clean:
 	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis build *.egg-info var/static

@@ -3,10 +3,10 @@ supervisor.
 
 Takes the lock of the data directory (one stack per QA_VAR_DIR), starts the project's own
 redis-server (unless REDIS_URL is set in the environment), prepares the database, static files
-and the admin user, then runs the services (gunicorn, workers) as child processes, each in its
-own session. Ctrl-C, SIGINT, SIGTERM or SIGHUP (to this process, or SIGINT to the `make` that
-started it) stops every child it started, by PID, services first and Redis last, and exits 0;
-a child that dies on its own stops the rest and fails.
+and the admin user, then runs the services (gunicorn, workers, the mirror) as child processes,
+each in its own session. Ctrl-C, SIGINT, SIGTERM or SIGHUP (to this process, or SIGINT to the
+`make` that started it) stops every child it started, by PID, services first and Redis last,
+and exits 0; a child that dies on its own stops the rest and fails.
 """
 
 from __future__ import annotations
@@ -133,6 +133,9 @@ class Stack:
             )
             for i in range(1, self.workers + 1)
         ]
+        # The database's history of every queue in the registry (requests, dead letters,
+        # counter samples for the console's charts).
+        specs.append(ChildSpec("mirror", [sys.executable, "manage.py", "runmirror"]))
         return specs
 
     def _lock_data_dir(self) -> DataDirLock:

@@ -72,6 +72,19 @@ def queue(redis_client: redis.Redis, prefix: str, clock: FakeClock) -> Queue:
 # -- Django side ---------------------------------------------------------------------------
 
 
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: None) -> None:
+    """On PostgreSQL (DATABASE_URL, as `make test` sets it from TEST_POSTGRES_URL), a test
+    database named for this run, so that runs sharing a server never meet in "test_postgres"."""
+    import os
+
+    from django.conf import settings
+
+    db = settings.DATABASES["default"]
+    if "postgresql" in db["ENGINE"]:
+        db.setdefault("TEST", {})["NAME"] = f"test_{db['NAME']}_{os.getpid()}"
+
+
 @pytest.fixture
 def django_queue(settings: Any, redis_server: RedisServer, prefix: str) -> Queue:
     """Point Django (REDIS_URL, QUEUE_PREFIX) at the suite's Redis under this test's own prefix,

@@ -1,0 +1,212 @@
+"""The mirror's loop (`manage.py runmirror`): follow each queue's streams, apply what they say
+to the database, acknowledge, trim, sample; survive Redis and database outages.
+
+Per queue and pass: one batch is read (pending entries first, then new ones), applied in one
+database transaction, then acknowledged; a gap in `events` (entries deleted before this
+mirror read them) is reconciled from the state indexes first. Every SAMPLE_EVERY_S the queue's
+counters are sampled and some rows of unfinished requests refreshed from their hashes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from django.db import DatabaseError, close_old_connections, connections
+
+from core.queue import RedisReplyError, RedisUnavailable, registry
+from core.queue.client import Queue
+
+from .apply import apply_batch, reconcile, refresh
+from .samples import SAMPLE_EVERY_S, prune, sample
+from .streams import Batch, Streams
+
+log = logging.getLogger("queueadmin.mirror")
+
+REGISTRY_EVERY_S = 10.0  # how often the list of queues is read again (no -q)
+TRIM_EVERY_S = 1.0
+PRUNE_EVERY_S = 600.0
+REFRESH_ROWS = 1000  # rows of unfinished requests refreshed per queue and sample
+BACKOFF_FIRST_S, BACKOFF_CAP_S = 0.1, 10.0
+
+
+@dataclass(frozen=True)
+class MirrorConfig:
+    queues: tuple[str, ...] = ()  # none: every queue of the registry, followed as they appear
+    group: str = "mirror"  # consumer group on each stream; one mirror process per group
+    batch: int = 1000  # entries read per stream per round trip
+    burst: bool = False  # apply everything there is, then return
+    idle_s: float = 0.5  # pause when nothing was read
+    sample_every_s: float = SAMPLE_EVERY_S
+
+
+@dataclass
+class Totals:
+    """What a run applied (the command prints it in --burst mode; tests read it)."""
+
+    events: int = 0
+    dead_letters: int = 0
+    requests: int = 0
+    reconciled: int = 0
+    gaps: int = 0
+    queues: set[str] = field(default_factory=set)
+
+
+class Follower:
+    """One queue followed by the mirror."""
+
+    def __init__(self, q: Queue, config: MirrorConfig) -> None:
+        self.q = q
+        self.config = config
+        self.streams = Streams(q, group=config.group, count=config.batch)
+        self.ready = False
+        self.next_trim = 0.0
+        self.next_sample = 0.0
+        self.next_prune = 0.0
+        self.refresh_after = 0
+
+    def step(self, totals: Totals) -> int:
+        """Read and apply one batch; returns how many entries it held (at least 1 while
+        pending entries were being read again: there may be new ones next)."""
+        if not self.ready:
+            self.streams.setup()
+            self.ready = True
+        rereading = self.streams.rereading
+        batch = self.streams.read()
+        if batch.gap or batch.lost:
+            self._reconcile(batch, totals)
+        if batch.events or batch.dead:
+            applied = apply_batch(self.q, batch.events, batch.dead)
+            totals.requests += applied.requests
+            totals.dead_letters += applied.dead_letters
+            totals.events += len(batch.events)
+        self.streams.ack(batch)
+        return len(batch) + len(batch.lost) + rereading
+
+    def _reconcile(self, batch: Batch, totals: Totals) -> None:
+        if batch.gap:
+            # Back to where the group was: a crash during the reconciliation finds the gap
+            # again. What this batch read past it is read again afterwards (harmless).
+            self.streams.rewind(batch.before)
+        n = reconcile(self.q, batch.last_id)
+        if batch.gap:
+            self.streams.handled = batch.gap[0]
+            why = (f"events were trimmed past this mirror's position {batch.before} (the "
+                   f"stream now starts at {batch.gap[0]}) before it read them")
+        else:
+            why = f"{len(batch.lost)} events it had read but not applied were deleted"
+        totals.reconciled += n
+        totals.gaps += 1
+        log.warning("mirror gap queue=%s group=%s: %s; reconciled %d requests from the state "
+                    "indexes", self.q.name, self.config.group, why, n)
+
+    def housekeeping(self, now: float, *, force: bool = False) -> None:
+        """Trim `events`, sample the counters, refresh rows of unfinished requests and prune
+        old samples, each when due (all of them with force)."""
+        if force or now >= self.next_trim:
+            self.next_trim = now + TRIM_EVERY_S
+            self.streams.trim()
+        if force or now >= self.next_sample:
+            self.next_sample = now + self.config.sample_every_s
+            sample(self.q)
+            _, self.refresh_after = refresh(self.q, after_pk=self.refresh_after,
+                                            limit=REFRESH_ROWS)
+        if force or now >= self.next_prune:
+            self.next_prune = now + PRUNE_EVERY_S
+            prune(self.q.name)
+
+
+class Trouble:
+    """Redis or database errors: one log line when they start (and when the message
+    changes), one when they stop; a capped exponential backoff meanwhile."""
+
+    def __init__(self) -> None:
+        self.message: str | None = None
+        self.tries = 0
+
+    def failed(self, what: str, exc: BaseException) -> float:
+        message = f"{what}: {exc}"
+        if message != self.message:
+            self.message = message
+            level = logging.ERROR
+            if isinstance(exc, DatabaseError | RedisUnavailable | RedisReplyError):
+                log.log(level, "mirror: %s; retrying with backoff up to %.0fs", message,
+                        BACKOFF_CAP_S)
+            else:
+                log.exception("mirror: unexpected error, retrying with backoff up to %.0fs",
+                              BACKOFF_CAP_S)
+        self.tries += 1
+        return float(min(BACKOFF_FIRST_S * 2 ** (self.tries - 1), BACKOFF_CAP_S))
+
+    def recovered(self) -> None:
+        if self.message is not None:
+            log.warning("mirror: working again after: %s", self.message)
+        self.message, self.tries = None, 0
+
+
+def run_mirror(
+    config: MirrorConfig,
+    get_queue: Callable[[str], Queue],
+    *,
+    stop: threading.Event | None = None,
+    names: Callable[[], list[str]] | None = None,
+) -> Totals:
+    """Follow the queues until `stop` is set (or, in burst mode, until nothing is left).
+    `names` lists the queues to follow when config.queues is empty (default: the registry
+    of the queues' prefix)."""
+    stop = stop or threading.Event()
+    totals = Totals()
+    followers: dict[str, Follower] = {}
+    trouble = Trouble()
+    next_names = 0.0
+    if names is None:
+        probe = get_queue("default")
+
+        def names() -> list[str]:
+            return registry.names(probe.redis, prefix=probe.keys.prefix)
+
+    while not stop.is_set():
+        now = time.monotonic()
+        busy = 0
+        try:
+            if now >= next_names:
+                next_names = now + REGISTRY_EVERY_S
+                for name in config.queues or names():
+                    if name not in followers:
+                        followers[name] = Follower(get_queue(name), config)
+                        totals.queues.add(name)
+            for f in followers.values():
+                busy += f.step(totals)
+                if not config.burst:
+                    f.housekeeping(time.monotonic())
+            trouble.recovered()
+        except Exception as exc:  # logged; a crash would stop make run's whole stack
+            if config.burst:
+                raise
+            what = "database error" if isinstance(exc, DatabaseError) else (
+                "Redis unavailable" if isinstance(exc, RedisUnavailable) else "error")
+            wait = trouble.failed(what, exc)
+            for f in followers.values():
+                f.ready = False  # read pending entries again, ask where the groups are
+            if isinstance(exc, DatabaseError):
+                _close_db()
+            stop.wait(wait)
+            continue
+        if config.burst and not busy:
+            for f in followers.values():
+                f.housekeeping(time.monotonic(), force=True)
+            break
+        if not busy:
+            close_old_connections()
+            stop.wait(config.idle_s)
+    return totals
+
+
+def _close_db() -> None:
+    for conn in connections.all(initialized_only=True):
+        with contextlib.suppress(DatabaseError):
+            conn.close()

@@ -1,0 +1,189 @@
+"""The Redis side of the mirror: one queue's `events` and `dead` streams read through a
+consumer group, gaps found, and `events` trimmed behind every group.
+
+No Django here. A batch is read, applied to the database by the caller, then acknowledged:
+what was read but not acknowledged (a crash, a database error) is read again from the group's
+pending entries, so nothing is applied without being read twice or more, never less.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from core.queue.base import QueueBase, translated
+
+Entry = tuple[str, dict[str, str]]
+ZERO = "0-0"
+TRIM_CALLS_MAX = 100  # per trim(): up to a million entries
+
+
+def sid(entry_id: str) -> tuple[int, int]:
+    """A stream id as a pair that compares in stream order ("" and "0" are the start)."""
+    ms, _, seq = (entry_id or "0").partition("-")
+    return int(ms), int(seq or 0)
+
+
+@dataclass
+class Batch:
+    """What one read returned. `gap` is set when entries of `events` after this group's
+    position were deleted before it read them (the stream's first id, and its last id, at the
+    time); `lost` lists pending entries whose contents were deleted (acknowledged with the
+    batch: there is nothing to read again)."""
+
+    events: list[Entry] = field(default_factory=list)
+    dead: list[Entry] = field(default_factory=list)
+    gap: tuple[str, str] | None = None
+    lost: list[str] = field(default_factory=list)
+    last_id: str = ZERO  # the events stream's last id when read
+    before: str = ZERO  # the group's position before this read
+
+    def __len__(self) -> int:
+        return len(self.events) + len(self.dead)
+
+
+class Streams:
+    """One queue's streams as one consumer group sees them. Run one mirror per group: its
+    single consumer re-reads its own pending entries after a restart."""
+
+    def __init__(self, queue: QueueBase, *, group: str, count: int = 1000) -> None:
+        self.queue = queue
+        self.group = group
+        self.consumer = group
+        self.count = count
+        self.events_key = queue.keys.events
+        self.dead_key = queue.keys.dead
+        self.position = ZERO  # the last events id delivered to the group
+        self.handled = ZERO  # a trim up to this first id was reconciled by this process
+        # Where the next read starts per stream: an id = its own pending entries after it;
+        # ">" = new entries.
+        self._from = {self.events_key: "0", self.dead_key: "0"}
+
+    @property
+    def r(self) -> Any:
+        return self.queue.redis
+
+    def setup(self) -> bool:
+        """Make sure both groups exist (a new one starts at the beginning of its stream),
+        learn the group's position, and read pending entries first. True if the events group
+        was created now."""
+        created = False
+        with translated("mirror setup"):
+            for key in (self.events_key, self.dead_key):
+                try:
+                    self.r.xgroup_create(key, self.group, id="0", mkstream=True)
+                    created |= key == self.events_key
+                except redis.ResponseError as exc:
+                    if "BUSYGROUP" not in str(exc):
+                        raise
+            groups = self.r.xinfo_groups(self.events_key)
+        mine = [g for g in groups if g["name"] == self.group]
+        self.position = mine[0]["last-delivered-id"] if mine else ZERO
+        self._from = {self.events_key: "0", self.dead_key: "0"}
+        return created
+
+    @property
+    def rereading(self) -> bool:
+        """True while the group's own pending entries are being read again."""
+        return any(v != ">" for v in self._from.values())
+
+    def read(self) -> Batch:
+        """The next batch: pending entries first, then new ones. Reading new events and the
+        stream's deletions happens in one transaction, so a deletion past the group's position
+        is always seen before the position moves past it."""
+        with translated("mirror read"):
+            pipe = self.r.pipeline(transaction=True)
+            pipe.xinfo_stream(self.events_key)
+            pipe.xreadgroup(self.group, self.consumer, dict(self._from), count=self.count)
+            info, reply = pipe.execute()
+        batch = Batch(last_id=info.get("last-generated-id") or ZERO, before=self.position)
+        got: dict[str, list[Any]] = {stream: entries for stream, entries in reply or []}
+        for key in (self.events_key, self.dead_key):
+            entries = got.get(key, [])
+            start = self._from[key]
+            kept = [(eid, f) for eid, f in entries if f]
+            if start == ">":
+                if key == self.events_key:
+                    batch.gap = self._gap(info)
+                    if entries:
+                        self.position = entries[-1][0]
+            else:
+                # Own pending entries: deleted ones come back without fields.
+                if key == self.events_key:
+                    batch.lost += [eid for eid, f in entries if not f]
+                self._from[key] = entries[-1][0] if entries else ">"
+            if key == self.events_key:
+                batch.events = kept
+            else:
+                batch.dead = kept
+        return batch
+
+    def _gap(self, info: dict[str, Any]) -> tuple[str, str] | None:
+        """(the stream's first id, its last id) if entries after the group's position were
+        deleted before the group read them; None if not, or if this process reconciled that
+        deletion already. Entries go only from the head of `events` (trimming): mirrors trim
+        behind every group's position and keep the entry at it, so a first entry past the
+        position means someone else (the engine's cap, an operator) trimmed the stream past
+        it. A group that starts at 0-0 has missed whatever was ever trimmed."""
+        first = info.get("first-entry")
+        last = str(info.get("last-generated-id") or ZERO)
+        mark = str(first[0]) if first and first[0] else last
+        if self.position == ZERO:
+            lost = int(info.get("entries-added") or 0) > int(info.get("length") or 0)
+        elif first and first[0]:
+            lost = sid(first[0]) > sid(self.position)
+        else:  # empty: trimmed to nothing, which loses whatever came after the position
+            lost = sid(last) > sid(self.position)
+        if lost and sid(mark) > sid(self.handled):
+            return mark, last
+        return None
+
+    def ack(self, batch: Batch) -> None:
+        """Acknowledge a batch applied (and committed): its entries are not read again."""
+        with translated("mirror ack"):
+            pipe = self.r.pipeline(transaction=False)
+            if batch.events or batch.lost:
+                pipe.xack(self.events_key, self.group,
+                          *(eid for eid, _ in batch.events), *batch.lost)
+            if batch.dead:
+                pipe.xack(self.dead_key, self.group, *(eid for eid, _ in batch.dead))
+            pipe.execute()
+
+    def rewind(self, position: str) -> None:
+        """Put the group back at `position` (after a gap: what was read past it is read
+        again once reconciled, and a crash meanwhile finds the gap again)."""
+        with translated("mirror rewind"):
+            self.r.xgroup_setid(self.events_key, self.group, position)
+        self.position = position
+        self._from[self.events_key] = ">"
+
+    def recover(self) -> None:
+        """After an error: read pending entries again, and ask Redis where the group is."""
+        self.setup()
+
+    def trim(self) -> str | None:
+        """Trim `events` behind what every consumer group of it has acknowledged (entries
+        some group has not read, or read and not acknowledged, stay). Returns the MINID used,
+        or None when nothing can go."""
+        with translated("mirror trim"):
+            groups = self.r.xinfo_groups(self.events_key)
+            if not groups:
+                return None
+            pipe = self.r.pipeline(transaction=False)
+            for g in groups:
+                pipe.xpending(self.events_key, g["name"])
+            summaries = pipe.execute()
+            keep = min(
+                (s["min"] if s["pending"] else g["last-delivered-id"]
+                 for g, s in zip(groups, summaries, strict=True)),
+                key=sid,
+            )
+            if sid(keep) <= (0, 0):
+                return None
+            # An approximate trim removes whole nodes, at most 10,000 entries per call.
+            for _ in range(TRIM_CALLS_MAX):
+                if not self.r.xtrim(self.events_key, minid=keep, approximate=True):
+                    break
+        return str(keep)
