@@ -34,17 +34,22 @@ def overview(request: HttpRequest) -> HttpResponse:
         factor=10,
     )
     anomalies = []
-    if current.unattended:
-        anomalies.append(f"{current.stats.waiting + current.stats.delayed:,} tasks wait and no "
-                         "worker is live.")
-    if current.expired_leases:
-        anomalies.append(f"{current.expired_leases:,} leases are past their expiry and not "
-                         "recovered yet: a worker died or stalls, or no worker runs the reaper.")
+    for s in summaries:  # every queue's, the picked one first
+        where = f"Queue {s.name}: " if len(summaries) > 1 else ""
+        if s.unattended:
+            anomalies.append((s.name, f"{where}{s.stats.waiting + s.stats.delayed:,} tasks wait "
+                              "and no worker is live."))
+        if s.expired_leases:
+            anomalies.append((s.name, f"{where}{s.expired_leases:,} leases are past their expiry "
+                              "and not recovered yet: a worker died or stalls, or no worker "
+                              "runs the reaper."))
+        if s.stale_workers:
+            anomalies.append((s.name, f"{where}{s.stale_workers} registered workers have not "
+                              "beaten lately."))
     if dead_before is not None and current.stats.dead > dead_before:
-        anomalies.append(f"Dead letters grew by {current.stats.dead - dead_before:,} in the "
-                         "last 10 minutes.")
-    if current.stale_workers:
-        anomalies.append(f"{current.stale_workers} registered workers have not beaten lately.")
+        anomalies.append((queue.name, f"Dead letters of {queue.name} grew by "
+                          f"{current.stats.dead - dead_before:,} in the last 10 minutes."))
+    anomalies.sort(key=lambda a: a[0] != queue.name)
     context = {
         "summaries": summaries,
         "current": current,
