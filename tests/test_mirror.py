@@ -265,3 +265,25 @@ def test_the_burst_takes_one_sample_per_queue(queue: Queue) -> None:
     submit(queue, "a")
     mirror(queue)
     assert QueueSample.objects.filter(queue="q").count() == 1
+
+
+def test_pending_events_trimmed_before_they_were_applied_are_reconciled(
+    queue: Queue, redis_client: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    for i in range(10):
+        submit(queue, f"r{i}")
+    streams = Streams(queue, group="mirror")
+    streams.setup()
+    streams.read()  # read, then the process died before applying
+    streams.read()
+    redis_client.xtrim(queue.keys.events, maxlen=0, approximate=False)
+
+    with caplog.at_level(logging.WARNING, "queueadmin.mirror"):
+        totals = mirror(queue)
+
+    assert totals.gaps == 1
+    assert_db_equals_redis(queue)
+    assert any("10 events it had read but not applied were deleted" in r.getMessage()
+               for r in caplog.records)
+    assert redis_client.xpending(queue.keys.events, "mirror")["pending"] == 0
+    assert mirror(queue).gaps == 0

@@ -16,7 +16,8 @@ PATTERN_MAX = 1000  # characters of masked message kept (and hashed)
 # "ExcClass: message", "module.ExcClass: message", or a bare "ExcClass".
 _HEAD = re.compile(r"([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)(?::\s*|$)")
 # In masking order: quoted values first (so what they hold is one value), then UUIDs, hex ids
-# (0x..., or 8+ hex digits mixing digits and letters) and numbers. A quote opens only where a
+# (0x..., or 4+ hex digits mixing digits and letters: a worker name's random tail, a sha) and
+# numbers. A quote opens only where a
 # word does not go on (the apostrophe of "can't" is not one); numbers only where they do not
 # end a word (utf8, sha1, s3 stay; chunk_17 and 17ms do not).
 _MASKS = [
@@ -26,7 +27,7 @@ _MASKS = [
     (re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.I),
      "<uuid>"),
     (re.compile(r"\b0x[0-9a-f]+\b", re.I), "<hex>"),
-    (re.compile(r"\b(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{8,}\b", re.I), "<hex>"),
+    (re.compile(r"\b(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{4,}\b", re.I), "<hex>"),
     (re.compile(r"(?<![A-Za-z0-9.])[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?", re.I), "<n>"),
 ]
 

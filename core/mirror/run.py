@@ -121,31 +121,38 @@ class Follower:
 
 
 class Trouble:
-    """Redis or database errors: one log line when they start (and when the message
+    """Redis or database errors: one log line when they start (and when the kind of error
     changes), one when they stop; a capped exponential backoff meanwhile."""
 
     def __init__(self) -> None:
-        self.message: str | None = None
+        self.kind: str | None = None
+        self.message = ""
         self.tries = 0
 
-    def failed(self, what: str, exc: BaseException) -> float:
-        message = f"{what}: {exc}"
-        if message != self.message:
-            self.message = message
-            level = logging.ERROR
-            if isinstance(exc, DatabaseError | RedisUnavailable | RedisReplyError):
-                log.log(level, "mirror: %s; retrying with backoff up to %.0fs", message,
-                        BACKOFF_CAP_S)
-            else:
-                log.exception("mirror: unexpected error, retrying with backoff up to %.0fs",
+    def failed(self, exc: BaseException) -> float:
+        if isinstance(exc, DatabaseError):
+            kind = "database error"
+        elif isinstance(exc, RedisUnavailable):
+            kind = "Redis unavailable"
+        elif isinstance(exc, RedisReplyError):
+            kind = "Redis error"
+        else:
+            kind = "unexpected error"
+        if kind != self.kind:
+            self.kind, self.message = kind, f"{kind}: {exc}"
+            if kind == "unexpected error":
+                log.exception("mirror: %s; retrying with backoff up to %.0fs", self.message,
                               BACKOFF_CAP_S)
+            else:
+                log.error("mirror: %s; retrying with backoff up to %.0fs", self.message,
+                          BACKOFF_CAP_S)
         self.tries += 1
         return float(min(BACKOFF_FIRST_S * 2 ** (self.tries - 1), BACKOFF_CAP_S))
 
     def recovered(self) -> None:
-        if self.message is not None:
-            log.warning("mirror: working again after: %s", self.message)
-        self.message, self.tries = None, 0
+        if self.kind is not None:
+            log.warning("mirror: working again after %s", self.message)
+        self.kind, self.tries = None, 0
 
 
 def run_mirror(
@@ -187,9 +194,7 @@ def run_mirror(
         except Exception as exc:  # logged; a crash would stop make run's whole stack
             if config.burst:
                 raise
-            what = "database error" if isinstance(exc, DatabaseError) else (
-                "Redis unavailable" if isinstance(exc, RedisUnavailable) else "error")
-            wait = trouble.failed(what, exc)
+            wait = trouble.failed(exc)
             for f in followers.values():
                 f.ready = False  # read pending entries again, ask where the groups are
             if isinstance(exc, DatabaseError):
