@@ -287,3 +287,22 @@ def test_pending_events_trimmed_before_they_were_applied_are_reconciled(
                for r in caplog.records)
     assert redis_client.xpending(queue.keys.events, "mirror")["pending"] == 0
     assert mirror(queue).gaps == 0
+
+
+def test_a_dead_letter_requeued_between_its_read_and_its_ack_is_acknowledged(
+    queue: Queue, redis_client: Any
+) -> None:
+    submit(queue, "a", 1)
+    finish(queue, fail=True)
+    streams = Streams(queue, group="mirror")
+    streams.setup()
+    streams.read()
+    assert len(streams.read().dead) == 1  # read, then the process died before applying it
+    queue.requeue_request("a")  # the letter leaves the dead stream
+    finish(queue)
+
+    mirror(queue)
+
+    assert redis_client.xpending(queue.keys.dead, "mirror")["pending"] == 0
+    assert not DeadLetter.objects.exists()
+    assert Request.objects.get(request_id="a").state == "done"

@@ -37,6 +37,8 @@ class Batch:
     dead: list[Entry] = field(default_factory=list)
     gap: tuple[str, str] | None = None
     lost: list[str] = field(default_factory=list)
+    # Pending dead letters deleted since they were read (requeued): nothing to apply.
+    dead_gone: list[str] = field(default_factory=list)
     last_id: str = ZERO  # the events stream's last id when read
     before: str = ZERO  # the group's position before this read
 
@@ -90,9 +92,9 @@ class Streams:
         return any(v != ">" for v in self._from.values())
 
     def read(self) -> Batch:
-        """The next batch: pending entries first, then new ones. Reading new events and the
-        stream's deletions happens in one transaction, so a deletion past the group's position
-        is always seen before the position moves past it."""
+        """The next batch: pending entries first, then new ones. The stream's first entry and
+        the new events are read in one transaction, so a trim past the group's position is
+        always seen before the position moves past it."""
         with translated("mirror read"):
             pipe = self.r.pipeline(transaction=True)
             pipe.xinfo_stream(self.events_key)
@@ -113,6 +115,8 @@ class Streams:
                 # Own pending entries: deleted ones come back without fields.
                 if key == self.events_key:
                     batch.lost += [eid for eid, f in entries if not f]
+                else:
+                    batch.dead_gone += [eid for eid, f in entries if not f]
                 self._from[key] = entries[-1][0] if entries else ">"
             if key == self.events_key:
                 batch.events = kept
@@ -147,8 +151,9 @@ class Streams:
             if batch.events or batch.lost:
                 pipe.xack(self.events_key, self.group,
                           *(eid for eid, _ in batch.events), *batch.lost)
-            if batch.dead:
-                pipe.xack(self.dead_key, self.group, *(eid for eid, _ in batch.dead))
+            if batch.dead or batch.dead_gone:
+                pipe.xack(self.dead_key, self.group,
+                          *(eid for eid, _ in batch.dead), *batch.dead_gone)
             pipe.execute()
 
     def rewind(self, position: str) -> None:
