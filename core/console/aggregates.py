@@ -120,7 +120,7 @@ class RedisHealth:
 
 
 def redis_health() -> RedisHealth:
-    """INFO of the console's Redis (the first node of a cluster), cached."""
+    """INFO of the console's Redis (one node of a cluster), cached."""
     return cached("health", _redis_health)
 
 
@@ -128,9 +128,9 @@ def _redis_health() -> RedisHealth:
     client: Any = redis_client()
     with translated("redis info"):
         info = client.info()
-    nodes = 1
-    if "redis_version" not in info:  # a cluster client answers per node
-        nodes = len(info)
+    # A cluster client asks one node; the page says how many primaries the cluster has.
+    nodes = len(client.get_primaries()) if hasattr(client, "get_primaries") else 1
+    if "redis_version" not in info:  # answers per node
         info = next(iter(info.values()))
     fsync = ""
     try:
