@@ -26,6 +26,7 @@ from core.queue.models import STATES, TERMINAL_STATES, PageCursor, RequestInfo
 from .fingerprint import fingerprint
 from .streams import Entry, sid
 
+UNFINISHED = [s for s in STATES if s not in TERMINAL_STATES]
 CHUNK = 500  # requests per Redis pipeline and per database statement
 # Events that take dead letters out of the dead stream, and what the letters become.
 RESOLUTIONS = {"requeued": "requeued", "deleted": "deleted"}
@@ -273,8 +274,9 @@ def refresh(q: Queue, *, after_pk: int = 0, limit: int = 1000) -> tuple[int, int
     without events while tasks run; a hash gone marks the row expired). Walks `limit` rows
     after `after_pk`; returns (rows written, pk to continue from: 0 when done)."""
     old = list(
-        Request.objects.filter(queue=q.name, pk__gt=after_pk, expired_at__isnull=True)
-        .exclude(state__in=TERMINAL_STATES).order_by("pk")[:limit]
+        Request.objects.filter(queue=q.name, state__in=UNFINISHED, pk__gt=after_pk,
+                               expired_at__isnull=True)  # the (queue, state, ...) index
+        .order_by("pk")[:limit]
     )
     if not old:
         return 0, 0
