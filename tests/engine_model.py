@@ -369,7 +369,8 @@ def check_queue(q: Queue, m: QueueModel) -> list[str]:
         held = sum(1 for state, _, _ in truth.values() if state == "leased")
         assert held <= req.concurrency, f"{rid}: {held} leased, concurrency {req.concurrency}"
         counts = {s: req.count(s) for s in TASK_STATES}
-        counters = {f: int(h[f]) for f in
+        # A counter missing from the hash is 0 (submit writes only those that are not).
+        counters = {f: int(h.get(f, 0)) for f in
                     ("waiting", "retry", "leased", "delayed", "done", "dead", "cancelled", "total")}
         want = {**{s: counts[s] for s in TASK_STATES}, "total": len(req.tasks),
                 "retry": sum(1 for t in req.of_state("waiting") if t.deliveries)}

@@ -18,7 +18,9 @@ from core.queue.scripts import SCRIPT_NAMES, build, call, library, load
 from core.redis_server import RedisCluster, RedisServer, start_cluster, start_redis
 from tests.conftest import FakeClock
 
-HELPERS = "local X = 1\nlocal function begin(keys) end\n"
+HELPERS = (
+    "local X = 1\nlocal function begin(keys) end\nlocal function finish(result) return result end\n"
+)
 
 
 def fake_files(files: dict[str, str]) -> Callable[[str], str]:
@@ -47,6 +49,7 @@ def test_the_library_holds_each_helper_once_and_every_operation_as_a_function() 
         # Each body runs inside its function, after begin(KEYS).
         assert (
             f"redis.register_function('{lib.name}_{op}', function(KEYS, ARGV)\nbegin(KEYS)\n"
+            "return finish((function()\n"
             in lib.text
         )
     assert lib.text.index("local X = 1") < lib.text.index("register_function")
@@ -69,6 +72,9 @@ def test_a_bad_include_fails_the_build_clearly() -> None:
         build(["a"], read=fake_files(nested))
     with pytest.raises(ValueError, match="must define `local function begin"):
         build(["a"], read=fake_files({"_h": "local X = 1\n", "a": "--@include h\n"}))
+    no_finish = {"_h": "local function begin(keys) end\n", "a": "--@include h\n"}
+    with pytest.raises(ValueError, match="must define `local function finish"):
+        build(["a"], read=fake_files(no_finish))
 
 
 def test_every_operation_is_in_the_engine_library() -> None:

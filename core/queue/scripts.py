@@ -7,7 +7,8 @@ once, then one `redis.register_function('<lib>_<name>', function(KEYS, ARGV) ...
 operation around its body. Redis runs the helpers once, when it loads the library, instead
 of at every call as it would a script's (~15 us a call); `begin(KEYS)`, which the helpers
 must define, is called first in every operation to set the queue's keys and reset the state
-of one call.
+of one call, and `finish(result)` last, with the operation's result, to write what the
+operation kept back until its end (request fields, stats) before it is returned.
 
 The library is named by a hash of its text, so two versions of the code can share a Redis
 during an upgrade. It is loaded on first use and again whenever Redis answers "Function not
@@ -86,14 +87,17 @@ def build(names: Sequence[str] = SCRIPT_NAMES, read: Callable[[str], str] = _rea
             helpers[inc] = text
         bodies.append((op, body))
     prelude = "\n".join(helpers.values())
-    if not re.search(r"^local function begin\(", prelude, re.MULTILINE):
-        raise ValueError("the helper files must define `local function begin(keys)`")
+    for helper in ("begin(keys)", "finish(result)"):
+        if not re.search(rf"^local function {re.escape(helper)}", prelude, re.MULTILINE):
+            raise ValueError(f"the helper files must define `local function {helper}`")
     # The name is a hash of the text, so the text is hashed with a placeholder for it.
     parts = ["#!lua name=@LIB@\n", prelude]
     for op, body in bodies:
+        # The body, which returns as a script does, runs in a function of its own, so that
+        # finish() sees every return: it writes what the operation kept back until its end.
         parts.append(
             f"\nredis.register_function('@LIB@_{op}', function(KEYS, ARGV)\n"
-            f"begin(KEYS)\n{body.rstrip()}\nend)\n"
+            f"begin(KEYS)\nreturn finish((function()\n{body.rstrip()}\nend)())\nend)\n"
         )
     template = "".join(parts)
     name = f"{LIBRARY_PREFIX}_{hashlib.sha1(template.encode()).hexdigest()[:8]}"

@@ -40,9 +40,18 @@ local EVENTS_MAXLEN = 1000000  -- a safety valve: the mirror (core/mirror) trims
 -- The state of one call, set by begin().
 local K_READY, K_LEASES, K_DELAYED, K_DEAD, K_EVENTS, K_WAKE, K_SEQ, K_STATS
 local PREFIX, K_IDLE, K_DPRIO
-local NOW  -- set by now_ms(), which every operation calls next
+local NOW, NOW_TEXT  -- set by now_ms(), which every operation calls next
 local DISPATCH  -- see sync_ready()
+local READY_HELD  -- true: `ready` is known to hold a slot (saves dispatch_idle() asking)
 local PROMOTED, FLOOR  -- see promote_due()
+-- Written once, by finish(), instead of at every change (each write command inside a function
+-- costs a call and an entry in the append-only file):
+local REQS  -- rid -> the request's table, loaded once per call (load_req())
+local DIRTY  -- tables with fields to write back: h._dirty = {field = true}
+local STATS  -- stats hash field -> increment
+local TRIM  -- state -> cutoff: the state index drops requests that entered it before
+local LEASE_ADD  -- ZADD arguments for `leases` (expiry, lease, ...)
+local MOVED  -- requests whose state changed: h._state0 is the index they are in
 
 local function begin(keys)
   K_READY, K_LEASES, K_DELAYED, K_DEAD = keys[1], keys[2], keys[3], keys[4]
@@ -50,7 +59,8 @@ local function begin(keys)
   PREFIX = string.sub(K_READY, 1, #K_READY - #'ready')
   K_IDLE = PREFIX .. 'idle'
   K_DPRIO = PREFIX .. 'dprio'
-  NOW, DISPATCH, PROMOTED, FLOOR = 0, false, false, -1
+  NOW, NOW_TEXT, DISPATCH, PROMOTED, FLOOR, READY_HELD = 0, nil, false, false, -1, false
+  REQS, DIRTY, STATS, TRIM, LEASE_ADD, MOVED = {}, {}, {}, {}, {}, {}
 end
 
 -- Milliseconds from the caller's clock when it sends one (tests control time that way), else
@@ -61,8 +71,20 @@ local function now_ms(arg)
     local t = redis.call('TIME')
     n = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   end
-  NOW = n
+  NOW, NOW_TEXT = n, nil
   return n
+end
+
+-- Numbers become text whenever they are passed to Redis, through sprintf("%.14g") in Lua 5.1;
+-- the small ones, which most counters are, are looked up instead.
+local DIGITS = {}
+for i = 0, 1024 do DIGITS[i] = '' .. i end
+local function text(v)
+  if v == NOW then  -- the call's time, often written several times
+    if not NOW_TEXT then NOW_TEXT = '' .. v end
+    return NOW_TEXT
+  end
+  return DIGITS[v] or v
 end
 
 local function req_key(rid) return PREFIX .. 'req:' .. rid end
@@ -84,15 +106,52 @@ local NUMERIC = {'priority', 'concurrency', 'total', 'waiting', 'retry', 'leased
 local FIELDS = {'state', 'tenant', 'handler'}
 -- Runs at load, when Redis 7.0 gives a library no globals but `redis` (no ipairs here).
 for i = 1, #NUMERIC do FIELDS[#FIELDS + 1] = NUMERIC[i] end
+local NFIELDS = #FIELDS
 
--- The request hash as a table with numbers where numbers belong; nil if absent.
+local is_eligible
+
+-- The request hash as a table with numbers where numbers belong; nil if absent. A counter
+-- that is not in the hash is 0 (submit writes none that is). Loaded once per call: every
+-- change goes through this table (add(), set_field()) and finish() writes it back.
+-- h._elig: whether the request is in its tenant's ready zset (see sync_ready()).
 local function load_req(rid)
+  local h = REQS[rid]
+  if h then return h end
   local vals = redis.call('HMGET', req_key(rid), unpack(FIELDS))
   if not vals[1] then return nil end
-  local h = {id = rid}
-  for i, f in ipairs(FIELDS) do h[f] = vals[i] end
-  for _, f in ipairs(NUMERIC) do h[f] = tonumber(h[f]) end
+  h = {id = rid, state = vals[1], tenant = vals[2], handler = vals[3], _state0 = vals[1]}
+  for i = 4, NFIELDS do h[FIELDS[i]] = tonumber(vals[i]) or 0 end
+  h._elig = is_eligible(h)
+  REQS[rid] = h
   return h
+end
+
+local function mark(h, f)
+  local d = h._dirty
+  if not d then
+    d = {}
+    h._dirty = d
+    DIRTY[#DIRTY + 1] = h
+  end
+  d[f] = true
+end
+
+local function set_field(h, f, v)
+  h[f] = v
+  mark(h, f)
+end
+
+-- Add d to a counter of the request (written back by finish()).
+local function add(h, f, d)
+  if d ~= 0 then
+    h[f] = h[f] + d
+    mark(h, f)
+  end
+end
+
+-- Add d to a field of the queue's stats hash (written by finish(), one HINCRBY per field).
+local function stat(f, d)
+  if d ~= 0 then STATS[f] = (STATS[f] or 0) + d end
 end
 
 local function next_seq(n)
@@ -109,33 +168,89 @@ end
 
 local function slot_of(h) return h.priority .. ':' .. h.tenant end
 
-local function is_eligible(h)
+is_eligible = function(h)
   return (h.state == 'open' or h.state == 'active') and h.waiting > 0 and h.leased < h.concurrency
 end
 
+-- The state index (state:<state>) follows in finish(): one ZREM and one ZADD per pair of
+-- states for the whole call, from where the request was to where it ends.
 local function set_state(h, new_state, now)
   if h.state == new_state then return end
-  redis.call('ZREM', state_key(h.state), h.id)
-  redis.call('ZADD', state_key(new_state), now, h.id)
-  redis.call('HSET', req_key(h.id), 'state', new_state, 'updated_ms', now)
-  h.state = new_state
-end
-
--- Apply counter deltas to the request hash and the table together.
-local function bump(h, deltas)
-  local args = {}
-  for f, d in pairs(deltas) do
-    if d ~= 0 then
-      h[f] = h[f] + d
-      args[#args + 1] = f
-      args[#args + 1] = h[f]
-    end
-  end
-  if #args > 0 then redis.call('HSET', req_key(h.id), unpack(args)) end
+  if not h._moved then MOVED[#MOVED + 1] = h end
+  h._moved = now
+  set_field(h, 'state', new_state)
+  set_field(h, 'updated_ms', now)
 end
 
 local function bump_waiting_stat(h, d)
-  if d ~= 0 then redis.call('HINCRBY', K_STATS, 'w:' .. h.priority, d) end
+  stat('w:' .. h.priority, d)
+end
+
+-- Leases to add to `leases`, written in one ZADD by flush_leases().
+local function add_lease(expiry, lease)
+  LEASE_ADD[#LEASE_ADD + 1] = expiry
+  LEASE_ADD[#LEASE_ADD + 1] = lease
+  if #LEASE_ADD >= 1000 then  -- unpack() has a limit: flush in chunks
+    redis.call('ZADD', K_LEASES, unpack(LEASE_ADD))
+    LEASE_ADD = {}
+  end
+end
+
+local function flush_leases()
+  if #LEASE_ADD > 0 then
+    redis.call('ZADD', K_LEASES, unpack(LEASE_ADD))
+    LEASE_ADD = {}
+  end
+end
+
+-- The end of every operation (scripts.py calls it with the operation's result): the changed
+-- request fields, one HSET per request; the stats, one HINCRBY per field; the state indexes
+-- trimmed once.
+local function finish(result)
+  flush_leases()
+  for _, h in ipairs(DIRTY) do
+    local args, n = {}, 0
+    for f in pairs(h._dirty) do
+      args[n + 1] = f
+      args[n + 2] = text(h[f])
+      n = n + 2
+    end
+    redis.call('HSET', req_key(h.id), unpack(args))
+    h._dirty = nil
+  end
+  DIRTY = {}
+  -- State indexes: the requests that left each state, and entered each, in one call each.
+  local out_of, into = {}, {}
+  for _, h in ipairs(MOVED) do
+    if h.state ~= h._state0 then
+      local o, i = out_of[h._state0], into[h.state]
+      if not o then o = {}; out_of[h._state0] = o end
+      if not i then i = {}; into[h.state] = i end
+      o[#o + 1] = h.id
+      i[#i + 1] = text(h._moved)
+      i[#i + 1] = h.id
+      h._state0 = h.state
+    end
+    h._moved = nil
+  end
+  MOVED = {}
+  for state, ids in pairs(out_of) do
+    for j = 1, #ids, 500 do redis.call('ZREM', state_key(state), unpack(ids, j, math.min(j + 499, #ids))) end
+  end
+  for state, args in pairs(into) do
+    for j = 1, #args, 1000 do
+      redis.call('ZADD', state_key(state), unpack(args, j, math.min(j + 999, #args)))
+    end
+  end
+  for f, d in pairs(STATS) do
+    if d ~= 0 then redis.call('HINCRBY', K_STATS, f, d) end
+  end
+  STATS = {}
+  for state, cutoff in pairs(TRIM) do
+    redis.call('ZREMRANGEBYSCORE', state_key(state), '-inf', '(' .. cutoff)
+  end
+  TRIM = {}
+  return result
 end
 
 -- Attempts a task has used: deliveries, less those that did not count (releases, claims).
@@ -146,32 +261,24 @@ end
 
 -- Lease up to n tasks of request h to consumer: parked retries first (XCLAIM from
 -- "~waiting"), then new entries (XREADGROUP). Appends lease, attempt, payload, handler,
--- lease_ms per task to `out`, updates the counters, and returns how many it leased.
+-- lease_ms per task to `out`, updates the counters, and returns how many it leased. The
+-- leases are added to `leases` by flush_leases().
 local function lease_tasks(h, consumer, n, lease_ms, out)
   local sk = stream_key(h.id)
   local expiry = NOW + lease_ms
-  local zargs = {}
-  local function lease_out(tid, deliv, attempt, payload)
-    local lease = h.id .. '/' .. tid .. '/' .. deliv
-    zargs[#zargs + 1] = expiry
-    zargs[#zargs + 1] = lease
-    if #zargs >= 1000 then  -- unpack() has a limit: flush in chunks
-      redis.call('ZADD', K_LEASES, unpack(zargs))
-      zargs = {}
-    end
-    out[#out + 1] = lease
-    out[#out + 1] = attempt
-    out[#out + 1] = payload
-    out[#out + 1] = h.handler
-    out[#out + 1] = lease_ms
-  end
+  local prefix = h.id .. '/'
+  local o = #out
   local from_retry = 0
   if h.retry > 0 then
     local parked = redis.call('XPENDING', sk, GROUP, '-', '+', math.min(n, h.retry), '~waiting')
     for _, e in ipairs(parked) do
       local tid, deliv = e[1], tonumber(e[4]) + 1
       local c = redis.call('XCLAIM', sk, GROUP, consumer, 0, tid)
-      lease_out(tid, deliv, attempts_of(h.id, tid, deliv), c[1][2][2])
+      local lease = prefix .. tid .. '/' .. deliv
+      add_lease(expiry, lease)
+      out[o + 1], out[o + 2], out[o + 3] = lease, attempts_of(h.id, tid, deliv), c[1][2][2]
+      out[o + 4], out[o + 5] = h.handler, lease_ms
+      o = o + 5
       from_retry = from_retry + 1
     end
   end
@@ -181,17 +288,20 @@ local function lease_tasks(h, consumer, n, lease_ms, out)
                          'STREAMS', sk, '>')
     if r then
       for _, e in ipairs(r[1][2]) do
-        lease_out(e[1], 1, 1, e[2][2])
+        local lease = prefix .. e[1] .. '/1'
+        add_lease(expiry, lease)
+        out[o + 1], out[o + 2], out[o + 3] = lease, 1, e[2][2]
+        out[o + 4], out[o + 5] = h.handler, lease_ms
+        o = o + 5
         fresh = fresh + 1
       end
     end
   end
-  if #zargs > 0 then redis.call('ZADD', K_LEASES, unpack(zargs)) end
   local taken = from_retry + fresh
-  if taken > 0 then
-    bump(h, {waiting = -taken, retry = -from_retry, leased = taken})
-    bump_waiting_stat(h, -taken)
-  end
+  add(h, 'waiting', -taken)
+  add(h, 'retry', -from_retry)
+  add(h, 'leased', taken)
+  bump_waiting_stat(h, -taken)
   if taken < n then
     -- The counters promised more than the stream holds. Never expected; take the request
     -- out of rotation (so no loop can spin on it) and leave a trace for the operator.
@@ -203,20 +313,23 @@ end
 
 -- Keep the ready index true for one request: present in its tenant's zset (and the tenant
 -- in `ready`) exactly when it has waiting work, a free slot and is not cancelled or finished.
+-- h._elig says whether it is there now: every change of the index goes through this table.
 -- A request that becomes eligible also marks the call for dispatch_idle() at its end.
 local function sync_ready(h)
+  local elig = is_eligible(h)
+  if elig == h._elig then return end
+  h._elig = elig
   local slot = slot_of(h)
   local tk = tenant_key(slot)
-  if is_eligible(h) then
-    if not redis.call('ZSCORE', tk, h.id) then
-      redis.call('ZADD', tk, next_seq(), h.id)
-      if not redis.call('ZSCORE', K_READY, slot) then
-        redis.call('ZADD', K_READY, (99 - h.priority) * BAND + next_seq(), slot)
-      end
-      DISPATCH = true
+  if elig then
+    redis.call('ZADD', tk, next_seq(), h.id)
+    if not redis.call('ZSCORE', K_READY, slot) then
+      redis.call('ZADD', K_READY, (99 - h.priority) * BAND + next_seq(), slot)
     end
+    DISPATCH, READY_HELD = true, true
   elseif redis.call('ZREM', tk, h.id) == 1 and redis.call('EXISTS', tk) == 0 then
     redis.call('ZREM', K_READY, slot)
+    READY_HELD = false
   end
 end
 
@@ -227,40 +340,58 @@ local promote_due  -- defined at the end (it needs to_waiting); take_ready() cal
 -- of that tenant's zset the least recently served request, and up to
 -- min(wanted, concurrency - leased, waiting) of its tasks are leased; request and tenant then
 -- go to the back of their rotations. lease_ms 0 = each request's own.
+-- A slot alone in its band has no rival to rotate behind: its next requests are served in a
+-- row, from one read of its zset, and the slot keeps its place (the order is the same).
 local function take_ready(consumer, want, lease_override, out)
   local floor = promote_due()
+  READY_HELD = false  -- slots may leave `ready` here
   local got = 0
   while got < want do
-    local top = redis.call('ZRANGE', K_READY, 0, 0)
+    local top = redis.call('ZRANGE', K_READY, '0', '1')
     if #top == 0 then break end
     local slot = top[1]
     local prio = tonumber(string.match(slot, '^(%d+):'))
     if prio < floor then break end
+    local alone = not top[2] or tonumber(string.match(top[2], '^(%d+):')) ~= prio
     local tk = tenant_key(slot)
-    local head = redis.call('ZRANGE', tk, 0, 0)
-    local h = nil
-    if #head > 0 then h = load_req(head[1]) end
-    if h then
-      local n = math.min(want - got, h.concurrency - h.leased, h.waiting)
-      if n > 0 and (h.state == 'open' or h.state == 'active') then
-        local lease_ms = h.lease_ms
-        if lease_override > 0 then lease_ms = lease_override end
-        got = got + lease_tasks(h, consumer, n, lease_ms, out)
+    -- With a rival slot, one request is served, then the slot rotates; the second head read
+    -- says whether the tenant has another request to keep the slot in `ready`.
+    local fetch = 2
+    if alone then fetch = math.max(want - got, 2) end
+    local heads = redis.call('ZRANGE', tk, '0', fetch - 1)
+    local drop, kept, visited = {}, 0, 0
+    for i = 1, #heads do
+      if got >= want or (i > 1 and not alone) then break end
+      visited = i
+      local h = load_req(heads[i])
+      if h then
+        local n = math.min(want - got, h.concurrency - h.leased, h.waiting)
+        if n > 0 and (h.state == 'open' or h.state == 'active') then
+          local lease_ms = h.lease_ms
+          if lease_override > 0 then lease_ms = lease_override end
+          got = got + lease_tasks(h, consumer, n, lease_ms, out)
+        end
+        h._elig = is_eligible(h)
       end
-      if is_eligible(h) then
-        redis.call('ZADD', tk, 'XX', next_seq(), h.id)
+      if h and h._elig then
+        kept = kept + 1
+        if #heads > 1 then redis.call('ZADD', tk, 'XX', next_seq(), h.id) end
       else
-        redis.call('ZREM', tk, h.id)
+        drop[#drop + 1] = heads[i]
       end
-    elseif #head > 0 then
-      redis.call('ZREM', tk, head[1])
     end
-    if redis.call('EXISTS', tk) == 1 then
-      redis.call('ZADD', K_READY, 'XX', (99 - prio) * BAND + next_seq(), slot)
-    else
+    if #drop > 0 then redis.call('ZREM', tk, unpack(drop)) end
+    -- Whether the tenant has an eligible request left: one kept or not visited, or one
+    -- beyond what was read.
+    local left = kept > 0 or visited < #heads
+    if not left and #heads == fetch then left = redis.call('EXISTS', tk) == 1 end
+    if not left then
       redis.call('ZREM', K_READY, slot)
+    elseif not alone then
+      redis.call('ZADD', K_READY, 'XX', (99 - prio) * BAND + next_seq(), slot)
     end
   end
+  flush_leases()
   return got
 end
 
@@ -276,8 +407,9 @@ local function dispatch_idle()
   promote_due()
   if not DISPATCH then return end
   DISPATCH = false
+  local ready = READY_HELD or redis.call('EXISTS', K_READY) == 1
   for _ = 1, HANDOFF_MAX do
-    if redis.call('EXISTS', K_READY) == 0 then break end
+    if not ready then break end
     local top = redis.call('ZPOPMAX', K_IDLE)
     if #top == 0 then break end
     if tonumber(top[2]) >= NOW - HANDOFF_FRESH_MS then
@@ -288,25 +420,31 @@ local function dispatch_idle()
         redis.call('RPUSH', hk, cjson.encode(out))
         redis.call('PEXPIRE', hk, 10 * math.max(tonumber(out[5]), 1000))
       end
+      ready = redis.call('EXISTS', K_READY) == 1
     end
   end
-  if redis.call('EXISTS', K_READY) == 1 then
+  if ready then
     wake()
   else
     redis.call('DEL', K_WAKE)  -- all handed over: a token would wake a worker for nothing
   end
 end
 
+-- Whether the request is finished once its counters say so (maybe_complete() records it).
+local function completes(h)
+  return (h.state == 'active' or h.state == 'cancelling')
+    and h.waiting == 0 and h.leased == 0 and h.delayed == 0
+end
+
 -- Record a request's completion exactly once: stored, then announced. Returns the final state
 -- or nil if the request is not finished.
 local function maybe_complete(h, now)
-  if not (h.state == 'active' or h.state == 'cancelling') then return nil end
-  if h.waiting ~= 0 or h.leased ~= 0 or h.delayed ~= 0 then return nil end
+  if not completes(h) then return nil end
   local final = 'done'
   if h.state == 'cancelling' then final = 'cancelled'
   elseif h.dead > 0 then final = 'failed' end
   set_state(h, final, now)
-  redis.call('HSET', req_key(h.id), 'finished_ms', now)
+  set_field(h, 'finished_ms', now)
   sync_ready(h)
   local ttl = h.retention_ms
   if h.dead > 0 then
@@ -321,8 +459,11 @@ local function maybe_complete(h, now)
     redis.call('PEXPIRE', deadmap_key(h.id), ttl)
   end
   redis.call('PEXPIRE', req_key(h.id), ttl)
-  redis.call('ZREMRANGEBYSCORE', state_key(final), '-inf', '(' .. (now - ttl))
-  event('completed', h.id, 'state', final, 'done', h.done, 'dead', h.dead, 'cancelled', h.cancelled)
+  -- The index forgets requests whose hash has expired: once per call (finish()).
+  local cutoff = now - ttl
+  if not TRIM[final] or TRIM[final] < cutoff then TRIM[final] = cutoff end
+  event('completed', h.id, 'state', final, 'done', text(h.done), 'dead', text(h.dead),
+        'cancelled', text(h.cancelled))
   redis.call('PUBLISH', PREFIX .. 'done:' .. h.id, final)
   return final
 end
@@ -364,15 +505,16 @@ local function to_dead(h, tid, attempts, err, tb, worker, now)
     'error', err, 'traceback', tb, 'attempts', attempts, 'worker', worker, 'ts', now,
     'handler', h.handler, 'tenant', h.tenant)
   redis.call('HSET', deadmap_key(h.id), tid, did)
-  bump(h, {dead = 1})
-  redis.call('HINCRBY', K_STATS, 'failed', 1)
+  add(h, 'dead', 1)
+  stat('failed', 1)
   event('dead', h.id, 'task', tid, 'error', string.sub(err, 1, 200), 'worker', worker)
 end
 
 -- A task goes back to waiting (lease expired, released, requeued, backoff over).
 local function to_waiting(h, tid)
   park(h.id, tid, '~waiting')
-  bump(h, {waiting = 1, retry = 1})
+  add(h, 'waiting', 1)
+  add(h, 'retry', 1)
   bump_waiting_stat(h, 1)
 end
 
@@ -402,7 +544,7 @@ end
 promote_due = function()
   if PROMOTED then return FLOOR end
   PROMOTED = true
-  local first = redis.call('ZRANGE', K_DELAYED, 0, 0, 'WITHSCORES')
+  local first = redis.call('ZRANGE', K_DELAYED, '0', '0', 'WITHSCORES')
   if #first == 0 or tonumber(first[2]) > NOW then return FLOOR end
   for _, p in ipairs(redis.call('ZRANGE', K_DPRIO, 0, -1)) do
     local dk = delayed_key(p)
@@ -413,7 +555,7 @@ promote_due = function()
       redis.call('ZREM', dk, m)
       local h = load_req(rid)
       if h then
-        bump(h, {delayed = -1})
+        add(h, 'delayed', -1)
         to_waiting(h, tid)
         sync_ready(h)
       end

@@ -26,10 +26,11 @@ for i = 4, #ARGV do
   redis.call('XADD', sk, '*', 'p', ARGV[i])
 end
 local n = #ARGV - 3
-bump(h, {total = n, waiting = n})
-redis.call('HSET', KEYS[9], 'updated_ms', now)
+add(h, 'total', n)
+add(h, 'waiting', n)
+set_field(h, 'updated_ms', now)
 bump_waiting_stat(h, n)
-redis.call('HINCRBY', K_STATS, 'submitted', n)
+stat('submitted', n)
 sync_ready(h)
 dispatch_idle()
 return h.total

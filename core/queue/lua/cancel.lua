@@ -39,7 +39,10 @@ for _, who in ipairs({'~waiting', '~delayed'}) do
 end
 local dropped = h.waiting + h.delayed
 bump_waiting_stat(h, -h.waiting)
-bump(h, {waiting = -h.waiting, retry = -h.retry, delayed = -h.delayed, cancelled = dropped})
+add(h, 'waiting', -h.waiting)
+add(h, 'retry', -h.retry)
+add(h, 'delayed', -h.delayed)
+add(h, 'cancelled', dropped)
 set_state(h, 'cancelling', now)
 event('cancelled', rid, 'dropped', dropped, 'running', h.leased)
 sync_ready(h)

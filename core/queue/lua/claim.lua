@@ -26,10 +26,10 @@ local old = rid .. '/' .. tid .. '/' .. deliveries
 if redis.call('ZREM', K_LEASES, old) == 0 then return -5 end
 redis.call('HINCRBY', rel_key(rid), tid, 1)
 if consumer == '' then
-  bump(h, {leased = -1})
+  add(h, 'leased', -1)
   if h.state == 'cancelling' then
     retire(rid, tid)
-    bump(h, {cancelled = 1})
+    add(h, 'cancelled', 1)
   else
     to_waiting(h, tid)
   end

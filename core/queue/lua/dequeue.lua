@@ -39,8 +39,8 @@ if ARGV[5] == '1' and want > 0 then
   redis.call('ZREM', K_IDLE, idle_member)
 end
 
--- Acks, grouped by request: one ZMSCORE for all, then per request one XACK, one XDEL and
--- one update of its counters, whatever the batch size.
+-- Acks, grouped by request: one ZMSCORE for all, then per request one XACK, one XDEL (none
+-- when the request completes) and one update of its counters, whatever the batch size.
 local acks = {}
 if #ARGV >= 6 then
   local leases = {unpack(ARGV, 6)}
@@ -68,15 +68,20 @@ if #ARGV >= 6 then
     redis.call('ZREM', K_LEASES, unpack(valid))
     for _, rid in ipairs(order) do
       local tids = by_req[rid]
-      local sk = stream_key(rid)
-      redis.call('XACK', sk, GROUP, unpack(tids))
-      redis.call('XDEL', sk, unpack(tids))
       local h = load_req(rid)
-      bump(h, {leased = -#tids, done = #tids})
+      add(h, 'leased', -#tids)
+      add(h, 'done', #tids)
+      -- A request that completes here without dead letters loses its stream at once
+      -- (maybe_complete()): no need to take the tasks out of it first.
+      if not (completes(h) and h.dead == 0) then
+        local sk = stream_key(rid)
+        redis.call('XACK', sk, GROUP, unpack(tids))
+        redis.call('XDEL', sk, unpack(tids))
+      end
       sync_ready(h)
       maybe_complete(h, now)
     end
-    redis.call('HINCRBY', K_STATS, 'done', #valid)
+    stat('done', #valid)
   end
 end
 
@@ -109,7 +114,7 @@ if got > 0 then
   -- Work left over goes to idle workers, and a token wakes others, both in dispatch_idle():
   -- a token pushed here, before the handoffs, would reach a blocked idle worker first.
   if redis.call('EXISTS', K_READY) == 1 then
-    DISPATCH = true
+    DISPATCH, READY_HELD = true, true
   else
     redis.call('DEL', K_WAKE)  -- this call took what a token announced: none is left to wake for
   end

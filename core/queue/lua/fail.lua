@@ -20,26 +20,26 @@ local score = redis.call('ZSCORE', K_LEASES, lease)
 if not rid or not score or tonumber(score) < now then return -1 end
 redis.call('ZREM', K_LEASES, lease)
 local h = load_req(rid)
-bump(h, {leased = -1})
+add(h, 'leased', -1)
 local attempts = attempts_of(rid, tid, deliv)
 local outcome, delay = 'dead', 0
 if h.state == 'cancelling' then
   retire(rid, tid)
-  bump(h, {cancelled = 1})
+  add(h, 'cancelled', 1)
   outcome = 'cancelled'
 elseif ARGV[7] ~= '1' or attempts >= h.max_attempts then
   to_dead(h, tid, attempts, ARGV[3], ARGV[4], ARGV[5], now)
 else
   delay = math.min(h.backoff_ms * 2 ^ (attempts - 1), h.backoff_max_ms)
   delay = math.floor(delay * (0.5 + tonumber(ARGV[6]) / 2))
-  redis.call('HINCRBY', K_STATS, 'retried', 1)
+  stat('retried', 1)
   if delay <= 0 then
     to_waiting(h, tid)
     outcome = 'waiting'
   else
     park(rid, tid, '~delayed')
     delay_task(h, rid, tid, now + delay)
-    bump(h, {delayed = 1})
+    add(h, 'delayed', 1)
     outcome = 'delayed'
   end
 end

@@ -20,11 +20,11 @@ for _, lease in ipairs(expired) do
   local h = load_req(rid)
   local _, worker = pending_info(rid, tid)
   worker = worker or '?'
-  bump(h, {leased = -1})
+  add(h, 'leased', -1)
   local outcome
   if h.state == 'cancelling' then
     retire(rid, tid)
-    bump(h, {cancelled = 1})
+    add(h, 'cancelled', 1)
     outcome = 'cancelled'
   else
     local attempts = attempts_of(rid, tid, deliv)

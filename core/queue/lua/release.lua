@@ -21,10 +21,10 @@ for i = 2, #ARGV do
   else
     redis.call('ZREM', K_LEASES, lease)
     local h = load_req(rid)
-    bump(h, {leased = -1})
+    add(h, 'leased', -1)
     if h.state == 'cancelling' then
       retire(rid, tid)
-      bump(h, {cancelled = 1})
+      add(h, 'cancelled', 1)
       out[#out + 1] = 2
     else
       redis.call('HINCRBY', rel_key(rid), tid, 1)

@@ -38,13 +38,17 @@ for i = 13, #ARGV do
 end
 -- Sealed at once unless tasks are still to come (mode 0, 2, 3): one state, one index entry.
 local state = ARGV[12] == '1' and 'active' or 'open'
-redis.call('HSET', rk,
-  'state', state, 'priority', ARGV[3], 'concurrency', ARGV[4], 'tenant', ARGV[5],
+-- The counters that start at 0 (retry, leased, delayed, done, dead, cancelled) are not
+-- written: every reader takes a missing counter as 0.
+local fields = {'state', state, 'priority', ARGV[3], 'concurrency', ARGV[4], 'tenant', ARGV[5],
   'handler', ARGV[6], 'max_attempts', ARGV[7], 'lease_ms', ARGV[8], 'retention_ms', ARGV[9],
   'backoff_ms', ARGV[10], 'backoff_max_ms', ARGV[11],
-  'total', n, 'waiting', n, 'retry', 0, 'leased', 0, 'delayed', 0, 'done', 0, 'dead', 0,
-  'cancelled', 0, 'created_ms', now, 'updated_ms', now)
-if ARGV[12] == '2' or ARGV[12] == '3' then redis.call('HSET', rk, 'resume', ARGV[12]) end
+  'total', n, 'waiting', n, 'created_ms', now, 'updated_ms', now}
+if ARGV[12] == '2' or ARGV[12] == '3' then
+  fields[#fields + 1] = 'resume'
+  fields[#fields + 1] = ARGV[12]
+end
+redis.call('HSET', rk, unpack(fields))
 redis.call('ZADD', state_key(state), now, rid)
 
 -- The table load_req() would read back, without reading it back.
@@ -53,9 +57,10 @@ local h = {id = rid, state = state, tenant = ARGV[5], handler = ARGV[6],
            waiting = n, retry = 0, leased = 0, delayed = 0, done = 0, dead = 0, cancelled = 0,
            max_attempts = tonumber(ARGV[7]), lease_ms = tonumber(ARGV[8]),
            retention_ms = tonumber(ARGV[9]), backoff_ms = tonumber(ARGV[10]),
-           backoff_max_ms = tonumber(ARGV[11])}
+           backoff_max_ms = tonumber(ARGV[11]), _elig = false, _state0 = state}
+REQS[rid] = h
 bump_waiting_stat(h, n)
-redis.call('HINCRBY', K_STATS, 'submitted', n)
+stat('submitted', n)
 event('submitted', rid, 'tasks', n, 'priority', ARGV[3], 'tenant', ARGV[5])
 if n == 0 then maybe_complete(h, now) end
 sync_ready(h)
