@@ -213,3 +213,19 @@ def test_every_registered_queue_is_listed_and_can_be_picked(
     assert response.status_code == 200
     assert response.context["current"].stats.waiting == 1
     assert viewer.get("/requests/reports/monthly/").status_code == 200
+
+
+def test_pending_pages_go_on_when_the_cursors_lease_is_gone(
+    viewer: Client, console: Queue
+) -> None:
+    console.submit(list(range(120)), handler="echo", concurrency=200)
+    leases = {lease.lease: lease for lease in console.dequeue("w-a", 120)}  # one expiry
+    first = viewer.get("/pending/")
+    seen = [e.token for e in first.context["entries"]]
+    console.ack(leases[seen[-1]])  # the cursor's own lease leaves the index
+    rest = viewer.get(f"/pending/?after={first.context['paged'].next}")
+    assert rest.status_code == 200
+    seen += [e.token for e in rest.context["entries"]]
+    nxt = rest.context["paged"].next
+    seen += [e.token for e in viewer.get(f"/pending/?after={nxt}").context["entries"]]
+    assert len(seen) == len(set(seen)) == 120

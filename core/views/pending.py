@@ -106,10 +106,18 @@ def _page_ascending(
     r: Any, key: str, after: PageCursor | None, n: int
 ) -> list[tuple[str, float]]:
     """Up to `n` rows of a sorted set in ascending (score, member) order after the cursor.
-    Rows sharing the cursor's score are skipped up to its member (a batch leased in one call
-    shares its expiry), read in batches so that a crowded score costs only its own rows."""
+    When the cursor's row has gone (acked, renewed), rows sharing its score are skipped up to
+    its member (a batch leased in one call shares its expiry), read in batches so that a
+    crowded score costs only its own rows."""
     if after is None:
         return list(r.zrange(key, 0, n - 1, withscores=True))
+    # Usually the cursor's lease is still there with its expiry: read on from its rank (the
+    # read starts at the cursor's own row, trusted only if that row is still the cursor's).
+    rank = r.zrank(key, after.member)
+    if rank is not None:
+        rows = r.zrange(key, rank, rank + n, withscores=True)
+        if rows and rows[0][0] == after.member and int(rows[0][1]) == after.score:
+            return list(rows[1:])
     out: list[tuple[str, float]] = []
     offset, batch = 0, n + 16
     while len(out) < n:
