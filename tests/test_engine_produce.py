@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 import warnings
 from dataclasses import dataclass
 
@@ -452,3 +453,11 @@ def test_announce_records_each_handler_with_its_last_worker_and_time(
         handlers.announce(queue, "w1", ["a:b"])
     with pytest.raises(InvalidInput, match="invalid worker name"):
         handlers.announce(queue, "~waiting", ["x"])
+
+
+def test_a_request_without_an_id_gets_a_random_uuid4(queue: Queue) -> None:
+    ids = {queue.submit([1], handler="noop").request_id for _ in range(50)}
+    assert len(ids) == 50
+    for rid in ids:
+        parsed = uuid.UUID(rid)
+        assert (parsed.hex, parsed.version, parsed.variant) == (rid, 4, uuid.RFC_4122)
