@@ -52,10 +52,12 @@ def buckets(queue: str, window: Window, now: dt.datetime) -> list[Bucket]:
         ).order_by("at").values_list("at", *(field for field, _ in SERIES))
     )
     times = [r[0] for r in rows]
+    # A sample older than this before an edge does not tell the counters at the edge.
+    tolerance = min(window.bucket / 2, dt.timedelta(minutes=2))
 
     def at(edge: dt.datetime) -> tuple[int, ...] | None:
         i = bisect.bisect_right(times, edge) - 1
-        if i < 0 or edge - times[i] > dt.timedelta(minutes=2):
+        if i < 0 or edge - times[i] > tolerance:
             return None  # no sample close enough before this edge
         return tuple(rows[i][1:])
 

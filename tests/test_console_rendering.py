@@ -1,0 +1,89 @@
+"""The console's one way to show a time, a payload, a progress bar, and the chart rates."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from typing import Any
+
+import pytest
+
+from core.console import charts
+from core.models import QueueSample
+from core.templatetags.console import ago, duration, payload, progress
+
+
+def test_ago_says_how_long_ago_with_the_exact_utc_time_on_hover() -> None:
+    ms = int(time.time() * 1000) - 185_000
+    html = str(ago(ms))
+    exact = dt.datetime.fromtimestamp(ms / 1000, dt.UTC)
+    assert ">3 min 5 s ago</time>" in html
+    assert f'title="{exact:%Y-%m-%d %H:%M:%S}.' in html and ' UTC"' in html
+    ahead = str(ago(dt.datetime.now(dt.UTC) + dt.timedelta(seconds=30)))
+    assert ahead.endswith(("in 29 s</time>", "in 30 s</time>"))
+    assert "—" in str(ago(None))
+
+
+@pytest.mark.parametrize(("ms", "text"), [(850, "850 ms"), (42_000, "42 s"),
+                                          (184_000, "3 min 4 s"), (7_500_000, "2 h 5 min"),
+                                          (277_000_000, "3 d 4 h")])
+def test_durations(ms: int, text: str) -> None:
+    assert duration(ms) == text
+
+
+def test_a_short_payload_is_one_escaped_line() -> None:
+    html = str(payload('{"a": "<b>"}'))
+    assert html == '<code class="payload">{&quot;a&quot;: &quot;&lt;b&gt;&quot;}</code>'
+
+
+def test_a_long_payload_is_cut_with_a_show_all_that_needs_no_javascript() -> None:
+    body = json.dumps({"rows": [{"id": i, "name": f"<item {i}>"} for i in range(40)]})
+    html = str(payload(body))
+    assert html.startswith('<details class="payload"><summary><code>')
+    assert "…</code>" in html and "show all" in html
+    assert '<pre>{\n  &quot;rows&quot;: [\n    {\n      &quot;id&quot;: 0,' in html  # pretty
+    assert "<item" not in html and "&lt;item 39&gt;" in html
+
+
+def test_progress_bar_segments_are_svg_widths() -> None:
+    class Row:
+        total, done, dead, cancelled, leased, delayed, waiting = 10, 5, 1, 0, 2, 0, 2
+
+    html = str(progress(Row()))
+    assert '<rect class="p-done" x="0.000" y="0" width="50.000"' in html
+    assert '<rect class="p-dead" x="50.000" y="0" width="10.000"' in html
+    assert '<rect class="p-waiting" x="80.000" y="0" width="20.000"' in html
+    assert ">60%<" in html and " style=" not in html
+
+
+@pytest.mark.django_db
+def test_chart_rates_are_counter_differences_per_minute_with_gaps() -> None:
+    now = dt.datetime(2026, 11, 23, 12, 0, 30, tzinfo=dt.UTC)
+    start = now.replace(second=0) - dt.timedelta(hours=1)
+    rows = []
+    for i in range(0, 60 * 6 + 1):  # every 10 s over the hour: 120 done a minute
+        at = start + dt.timedelta(seconds=10 * i)
+        if dt.timedelta(minutes=20) <= at - start < dt.timedelta(minutes=25):
+            continue  # the mirror was down: a gap
+        rows.append(QueueSample(queue="q", at=at, done=20 * i, failed=i // 6, retried=0))
+    QueueSample.objects.bulk_create(rows)
+    data = charts.buckets("q", charts.HOUR, now)
+    assert len(data) == 60
+    assert data[0].rates == {"done": 120.0, "failed": 1.0, "retried": 0.0}
+    # The last sample before 11:20 is 11:19:50; none is close enough to 11:21 ... 11:24.
+    assert [b.rates["done"] for b in data[19:26]] == [100.0, None, None, None, None, None, 120.0]
+    chart = charts.chart("q", charts.HOUR, now)
+    assert chart.ymax == 200 and len(chart.lines[0].paths) == 2  # the gap splits the line
+
+
+@pytest.mark.django_db
+def test_a_counter_that_went_down_counts_as_zero() -> None:
+    now = dt.datetime(2026, 11, 23, 12, 0, tzinfo=dt.UTC)
+    QueueSample.objects.bulk_create([
+        QueueSample(queue="q", at=now - dt.timedelta(minutes=2), done=500),
+        QueueSample(queue="q", at=now - dt.timedelta(minutes=1), done=10),  # Redis emptied
+        QueueSample(queue="q", at=now, done=70),
+    ])
+    data: Any = charts.buckets("q", charts.HOUR, now)
+    assert [b.rates["done"] for b in data[-2:]] == [0.0, 60.0]
