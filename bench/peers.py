@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import time
 from typing import Any
 
 HAVE_HUEY = importlib.util.find_spec("huey") is not None
@@ -20,11 +21,26 @@ def noop(n: Any) -> None:
 
 
 def make_huey(url: str) -> tuple[Any, Any]:
-    """huey at its fastest here (Redis storage, no result stored) and its no-op task."""
+    """huey at its fastest here (Redis storage, no result stored) and its no-op task. Its
+    latency task is registered too (huey_latency_task() finds it)."""
     from huey import RedisHuey
 
     h = RedisHuey("bench", url=url, results=False)
-    return h, h.task(name="noop")(noop)
+    task = h.task(name="noop")(noop)
+
+    @h.task(name="latency")
+    def latency(key: str, t: int) -> None:
+        """Records how long after its enqueue the task started (ns), as ours does."""
+        started = time.time_ns()
+        h.storage.conn.rpush(key, started - t)
+
+    h.bench_latency = latency
+    return h, task
+
+
+def huey_latency_task(h: Any) -> Any:
+    """The latency task of a huey made by make_huey()."""
+    return h.bench_latency
 
 
 def make_rq(url: str) -> Any:
