@@ -11,7 +11,7 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from core.conf import redacted
+from core.conf import DEFAULT_QUEUE, redacted
 from core.queue import RedisReplyError, RedisUnavailable
 
 log = logging.getLogger("queueadmin.console")
@@ -19,8 +19,8 @@ log = logging.getLogger("queueadmin.console")
 
 def error_page(request: HttpRequest, status: int, title: str, message: str) -> HttpResponse:
     template = "core/error.html#body" if request.headers.get("HX-Request") else "core/error.html"
-    return render(request, template, {"status": status, "title": title, "message": message},
-                  status=status)
+    return render(request, template, {"status": status, "title": title, "message": message,
+                                      "queue": DEFAULT_QUEUE}, status=status)
 
 
 def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
@@ -69,4 +69,5 @@ class RedisDownMiddleware:
         template = "core/error.html#body" if request.headers.get("HX-Request") \
             else "core/error.html"
         return render(request, template, {"status": 503, "title": "Redis unavailable",
-                                          "message": message, "redis_down": True}, status=503)
+                                          "message": message, "redis_down": True,
+                                          "queue": DEFAULT_QUEUE}, status=503)
