@@ -100,7 +100,9 @@ def database_url(tmp_path: Path) -> Iterator[str]:
         yield db
 
 
-def _env(database_url: str, tmp_path: Path, redis_url: str = "", prefix: str = "") -> dict[str, str]:
+def _env(
+    database_url: str, tmp_path: Path, redis_url: str = "", prefix: str = ""
+) -> dict[str, str]:
     return os.environ | {
         "DATABASE_URL": database_url, "DJANGO_SETTINGS_MODULE": "queueadmin.settings",
         "SECRET_KEY": "mirror-tests", "QA_VAR_DIR": str(tmp_path / "var"),
@@ -141,7 +143,7 @@ def test_a_mirror_killed_mid_batch_and_restarted_leaves_no_duplicate_or_missing_
     try:
         # Killed while it works through the backlog (some rows written, not all), with a
         # batch read and not acknowledged yet.
-        wait_until(lambda: 2000 < len(_rows(database_url)) and redis_client.xpending(
+        wait_until(lambda: len(_rows(database_url)) > 2000 and redis_client.xpending(
             live_queue.keys.events, "mirror")["pending"], 60, "the mirror to be mid-batch")
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
