@@ -4,12 +4,17 @@ counter samples; on SQLite, and on PostgreSQL when TEST_POSTGRES_URL is set."""
 
 from __future__ import annotations
 
+import io
 import logging
+import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
 
+from core.mirror import MirrorConfig, run_mirror
 from core.mirror.apply import apply_batch
 from core.mirror.samples import prune, sample
 from core.mirror.streams import Streams, sid
@@ -306,3 +311,46 @@ def test_a_dead_letter_requeued_between_its_read_and_its_ack_is_acknowledged(
     assert redis_client.xpending(queue.keys.dead, "mirror")["pending"] == 0
     assert not DeadLetter.objects.exists()
     assert Request.objects.get(request_id="a").state == "done"
+
+
+def test_the_mirror_follows_queues_on_every_shard_of_a_cluster(redis_cluster: Any) -> None:
+    from redis.cluster import ClusterNode
+    from redis.cluster import RedisCluster as ClusterClient
+
+    nodes = [ClusterNode(h, p) for h, p in redis_cluster.startup_nodes]
+    client = ClusterClient(startup_nodes=nodes, decode_responses=True)
+    try:
+        prefix = "m" + uuid.uuid4().hex[:8]
+        queues = [Queue(client, f"q{i}", prefix=prefix) for i in range(3)]
+        assert len({client.keyslot(q.keys.events) for q in queues}) == 3
+        for q in queues:
+            submit(q, "a", 3)
+            submit(q, "b", 1)
+            finish(q, fail=q.name == "q1")
+        redis_trim = client.xtrim(queues[2].keys.events, maxlen=1, approximate=False)
+        assert redis_trim
+
+        config = MirrorConfig(burst=True)  # no -q: every queue of the registry
+        totals = run_mirror(config, lambda name: Queue(client, name, prefix=prefix))
+
+        assert totals.queues == {"q0", "q1", "q2"} and totals.gaps == 1
+        for q in queues:
+            assert_db_equals_redis(q)
+        assert DeadLetter.objects.filter(queue="q1").count() == 4
+    finally:
+        client.close()
+
+
+def test_runmirror_command(django_queue: Queue) -> None:
+    submit(django_queue, "a", 2)
+    out = io.StringIO()
+
+    call_command("runmirror", "--burst", stdout=out)
+
+    assert "mirrored 1 events (1 request rows written), 0 dead letters from 1 queues" in (
+        out.getvalue())
+    assert Request.objects.filter(queue="default", request_id="a").exists()
+    with pytest.raises(CommandError, match="--batch must be between"):
+        call_command("runmirror", "--burst", "--batch", "0")
+    with pytest.raises(CommandError, match=r"invalid queue name '\{x\}'"):
+        call_command("runmirror", "--burst", "-q", "{x}")

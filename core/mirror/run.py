@@ -107,17 +107,18 @@ class Follower:
     def housekeeping(self, now: float, *, force: bool = False) -> None:
         """Trim `events`, sample the counters, refresh rows of unfinished requests and prune
         old samples, each when due (all of them with force)."""
+        # Each is due again only once it has worked: a failure is retried at the next pass.
         if force or now >= self.next_trim:
-            self.next_trim = now + TRIM_EVERY_S
             self.streams.trim()
+            self.next_trim = now + TRIM_EVERY_S
         if force or now >= self.next_sample:
-            self.next_sample = now + self.config.sample_every_s
             sample(self.q)
             _, self.refresh_after = refresh(self.q, after_pk=self.refresh_after,
                                             limit=REFRESH_ROWS)
+            self.next_sample = now + self.config.sample_every_s
         if force or now >= self.next_prune:
-            self.next_prune = now + PRUNE_EVERY_S
             prune(self.q.name)
+            self.next_prune = now + PRUNE_EVERY_S
 
 
 class Trouble:
@@ -140,6 +141,11 @@ class Trouble:
             kind = "unexpected error"
         if kind != self.kind:
             self.kind, self.message = kind, f"{kind}: {exc}"
+            text = str(exc)
+            if kind == "database error" and (
+                "no such table" in text or ("relation" in text and "does not exist" in text)
+            ):
+                self.message += " (has `manage.py migrate` run on this database?)"
             if kind == "unexpected error":
                 log.exception("mirror: %s; retrying with backoff up to %.0fs", self.message,
                               BACKOFF_CAP_S)

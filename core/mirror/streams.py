@@ -20,6 +20,22 @@ ZERO = "0-0"
 TRIM_CALLS_MAX = 100  # per trim(): up to a million entries
 
 
+def _by_stream(reply: Any) -> dict[str, list[Entry]]:
+    """XREADGROUP's reply as stream -> [(id, fields)], whichever shape redis-py gives it: a
+    list of [stream, parsed entries], or, from a cluster client's transaction, a dict of raw
+    ones ([id, [field, value, ...]])."""
+    if not reply:
+        return {}
+    pairs = reply.items() if isinstance(reply, dict) else reply
+    return {stream: [(eid, _fields(f)) for eid, f in entries] for stream, entries in pairs}
+
+
+def _fields(f: Any) -> dict[str, str]:
+    if isinstance(f, dict):
+        return f
+    return dict(zip(f[::2], f[1::2], strict=True)) if f else {}
+
+
 def sid(entry_id: str) -> tuple[int, int]:
     """A stream id as a pair that compares in stream order ("" and "0" are the start)."""
     ms, _, seq = (entry_id or "0").partition("-")
@@ -101,7 +117,7 @@ class Streams:
             pipe.xreadgroup(self.group, self.consumer, dict(self._from), count=self.count)
             info, reply = pipe.execute()
         batch = Batch(last_id=info.get("last-generated-id") or ZERO, before=self.position)
-        got: dict[str, list[Any]] = {stream: entries for stream, entries in reply or []}
+        got = _by_stream(reply)
         for key in (self.events_key, self.dead_key):
             entries = got.get(key, [])
             start = self._from[key]
