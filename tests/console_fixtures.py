@@ -27,7 +27,24 @@ def console(settings: Any, django_queue: Queue) -> Queue:
     return django_queue
 
 
+def ensure_groups() -> None:
+    """The viewer and operator groups, as migration 0002 makes them: a test that flushes the
+    database (transactional_db) removes rows that migrations wrote, and random order may run
+    one before ours."""
+    from django.contrib.auth.models import Permission
+
+    perm = Permission.objects.get(content_type__app_label="core", codename="view_console")
+    for name in ("viewer", "operator"):
+        Group.objects.get_or_create(name=name)[0].permissions.add(perm)
+
+
+@pytest.fixture
+def groups(db: Any) -> None:
+    ensure_groups()
+
+
 def _user(name: str, group: str | None) -> User:
+    ensure_groups()
     user = User.objects.create_user(name)  # no password: force_login, and no hashing cost
     if group:
         user.groups.add(Group.objects.get(name=group))

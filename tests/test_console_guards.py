@@ -10,7 +10,14 @@ from django.test import Client
 
 from core.queue import Queue
 from core.redis_server import free_port
-from tests.console_fixtures import HOSTILE, Seeded, console, seeded, viewer  # noqa: F401
+from tests.console_fixtures import (  # noqa: F401
+    HOSTILE,
+    Seeded,
+    console,
+    ensure_groups,
+    seeded,
+    viewer,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -114,6 +121,7 @@ def test_security_headers_and_no_inline_script(viewer: Client, seeded: Seeded) -
 def test_login_page_and_cookies(client: Client, db: Any, settings: Any) -> None:
     from django.contrib.auth.models import Group, User
 
+    ensure_groups()
     u = User.objects.create_user("vic", password="a-long-password")
     u.groups.add(Group.objects.get(name="viewer"))
     page = client.get("/login/?next=/workers/")

@@ -13,7 +13,7 @@ from django.test import Client
 
 from core.queue import Queue
 from core.redis_server import free_port
-from tests.console_fixtures import Seeded, console, seeded, viewer  # noqa: F401
+from tests.console_fixtures import Seeded, console, groups, seeded, viewer  # noqa: F401
 
 pytestmark = pytest.mark.django_db
 
@@ -60,7 +60,9 @@ def test_healthz_is_public_and_says_what_answers(
     assert response.json()["redis"].startswith("error") and response.json()["database"] == "ok"
 
 
-def test_createuser_prints_a_password_once_and_the_user_can_log_in(client: Client) -> None:
+def test_createuser_prints_a_password_once_and_the_user_can_log_in(
+    client: Client, groups: None
+) -> None:
     out = StringIO()
     call_command("createuser", "ana", "--role", "viewer", stdout=out)
     password = out.getvalue().strip().rsplit(" ", 1)[-1]
@@ -72,13 +74,21 @@ def test_createuser_prints_a_password_once_and_the_user_can_log_in(client: Clien
     assert User.objects.get(username="olaf").groups.get().name == "operator"
 
 
-def test_createuser_refuses_clearly(db: Any) -> None:
+def test_createuser_refuses_clearly(groups: None) -> None:
     call_command("createuser", "ana", "--role", "viewer", stdout=StringIO())
     with pytest.raises(CommandError, match="already exists"):
         call_command("createuser", "ana", "--role", "viewer", stdout=StringIO())
     with pytest.raises(CommandError, match="unknown role 'admin'"):
         call_command("createuser", "bob", "--role", "admin", stdout=StringIO())
     assert not User.objects.filter(username="bob").exists()
+
+
+def test_createuser_says_when_the_groups_are_missing(db: Any) -> None:
+    from django.contrib.auth.models import Group
+
+    Group.objects.filter(name="viewer").delete()
+    with pytest.raises(CommandError, match="the viewer group is missing"):
+        call_command("createuser", "cy", "--role", "viewer", stdout=StringIO())
 
 
 def test_many_tabs_cost_redis_one_read_per_second(
