@@ -35,7 +35,9 @@
 
 local GROUP = 'g'
 local BAND = 1e12
-local EVENTS_MAXLEN = 1000000  -- a safety valve: the mirror (core/mirror) trims behind its groups
+-- A safety valve: the mirror (core/mirror) trims behind its groups. Text, as every constant
+-- passed to Redis at each call: Lua 5.1 would format a number each time.
+local EVENTS_MAXLEN = '1000000'
 
 -- The state of one call, set by begin().
 local K_READY, K_LEASES, K_DELAYED, K_DEAD, K_EVENTS, K_WAKE, K_SEQ, K_STATS
@@ -52,6 +54,7 @@ local STATS  -- stats hash field -> increment
 local TRIM  -- state -> cutoff: the state index drops requests that entered it before
 local LEASE_ADD  -- ZADD arguments for `leases` (expiry, lease, ...)
 local MOVED  -- requests whose state changed: h._state0 is the index they are in
+local EXPIRY  -- lease_ms -> the text of NOW + lease_ms, made once per call
 
 local function begin(keys)
   K_READY, K_LEASES, K_DELAYED, K_DEAD = keys[1], keys[2], keys[3], keys[4]
@@ -60,7 +63,7 @@ local function begin(keys)
   K_IDLE = PREFIX .. 'idle'
   K_DPRIO = PREFIX .. 'dprio'
   NOW, NOW_TEXT, DISPATCH, PROMOTED, FLOOR, READY_HELD = 0, nil, false, false, -1, false
-  REQS, DIRTY, STATS, TRIM, LEASE_ADD, MOVED = {}, {}, {}, {}, {}, {}
+  REQS, DIRTY, STATS, TRIM, LEASE_ADD, MOVED, EXPIRY = {}, {}, {}, {}, {}, {}, {}
 end
 
 -- Milliseconds from the caller's clock when it sends one (tests control time that way), else
@@ -100,15 +103,24 @@ local function delayed_key(prio) return K_DELAYED .. ':' .. prio end
 local KEEP_WITH_DEAD_MS = 7 * 86400000  -- a finished request with dead letters, at least
 local PROMOTE_MAX = 100  -- due retries promoted per priority level by one call
 
-local NUMERIC = {'priority', 'concurrency', 'total', 'waiting', 'retry', 'leased', 'delayed',
-                 'done', 'dead', 'cancelled', 'max_attempts', 'lease_ms', 'retention_ms',
-                 'backoff_ms', 'backoff_max_ms'}
-local FIELDS = {'state', 'tenant', 'handler'}
--- Runs at load, when Redis 7.0 gives a library no globals but `redis` (no ipairs here).
-for i = 1, #NUMERIC do FIELDS[#FIELDS + 1] = NUMERIC[i] end
-local NFIELDS = #FIELDS
+-- The request fields every operation reads (load_req()), and those only a few read (add, seal:
+-- total; fail, reap: max_attempts and the backoff), which are read when first used.
+local FIELDS = {'state', 'tenant', 'handler', 'priority', 'concurrency', 'waiting', 'retry',
+                'leased', 'delayed', 'done', 'dead', 'cancelled', 'lease_ms', 'retention_ms'}
+local RARE = {'total', 'max_attempts', 'backoff_ms', 'backoff_max_ms'}
 
 local is_eligible
+
+-- A request table's missing field: the rare ones are read from its hash, all four at once.
+local REQ_META = {__index = function(h, f)
+  if f == 'total' or f == 'max_attempts' or f == 'backoff_ms' or f == 'backoff_max_ms' then
+    local v = redis.call('HMGET', req_key(h.id), unpack(RARE))
+    for i = 1, #RARE do
+      if rawget(h, RARE[i]) == nil then rawset(h, RARE[i], tonumber(v[i]) or 0) end
+    end
+    return rawget(h, f)
+  end
+end}
 
 -- The request hash as a table with numbers where numbers belong; nil if absent. A counter
 -- that is not in the hash is 0 (submit writes none that is). Loaded once per call: every
@@ -117,10 +129,16 @@ local is_eligible
 local function load_req(rid)
   local h = REQS[rid]
   if h then return h end
-  local vals = redis.call('HMGET', req_key(rid), unpack(FIELDS))
-  if not vals[1] then return nil end
-  h = {id = rid, state = vals[1], tenant = vals[2], handler = vals[3], _state0 = vals[1]}
-  for i = 4, NFIELDS do h[FIELDS[i]] = tonumber(vals[i]) or 0 end
+  local v = redis.call('HMGET', req_key(rid), unpack(FIELDS))
+  if not v[1] then return nil end
+  -- One constructor, so the table is made at its size instead of grown key by key.
+  h = {id = rid, state = v[1], tenant = v[2], handler = v[3], priority = tonumber(v[4]),
+       concurrency = tonumber(v[5]), waiting = tonumber(v[6]) or 0, retry = tonumber(v[7]) or 0,
+       leased = tonumber(v[8]) or 0, delayed = tonumber(v[9]) or 0, done = tonumber(v[10]) or 0,
+       dead = tonumber(v[11]) or 0, cancelled = tonumber(v[12]) or 0,
+       lease_ms = tonumber(v[13]), retention_ms = tonumber(v[14]), retention_text = v[14],
+       _elig = false, _state0 = v[1], _dirty = false, _moved = false}
+  setmetatable(h, REQ_META)
   h._elig = is_eligible(h)
   REQS[rid] = h
   return h
@@ -166,7 +184,7 @@ local function wake()
   if redis.call('LLEN', K_WAKE) == 0 then redis.call('RPUSH', K_WAKE, '1') end
 end
 
-local function slot_of(h) return h.priority .. ':' .. h.tenant end
+local function slot_of(h) return text(h.priority) .. ':' .. h.tenant end
 
 is_eligible = function(h)
   return (h.state == 'open' or h.state == 'active') and h.waiting > 0 and h.leased < h.concurrency
@@ -183,7 +201,7 @@ local function set_state(h, new_state, now)
 end
 
 local function bump_waiting_stat(h, d)
-  stat('w:' .. h.priority, d)
+  stat('w:' .. text(h.priority), d)
 end
 
 -- Leases to add to `leases`, written in one ZADD by flush_leases().
@@ -216,7 +234,7 @@ local function finish(result)
       n = n + 2
     end
     redis.call('HSET', req_key(h.id), unpack(args))
-    h._dirty = nil
+    h._dirty = false
   end
   DIRTY = {}
   -- State indexes: the requests that left each state, and entered each, in one call each.
@@ -231,7 +249,7 @@ local function finish(result)
       i[#i + 1] = h.id
       h._state0 = h.state
     end
-    h._moved = nil
+    h._moved = false
   end
   MOVED = {}
   for state, ids in pairs(out_of) do
@@ -265,7 +283,11 @@ end
 -- leases are added to `leases` by flush_leases().
 local function lease_tasks(h, consumer, n, lease_ms, out)
   local sk = stream_key(h.id)
-  local expiry = NOW + lease_ms
+  local expiry = EXPIRY[lease_ms]
+  if not expiry then
+    expiry = '' .. (NOW + lease_ms)
+    EXPIRY[lease_ms] = expiry
+  end
   local prefix = h.id .. '/'
   local o = #out
   local from_retry = 0
@@ -284,7 +306,7 @@ local function lease_tasks(h, consumer, n, lease_ms, out)
   end
   local fresh = 0
   if from_retry < n then
-    local r = redis.call('XREADGROUP', 'GROUP', GROUP, consumer, 'COUNT', n - from_retry,
+    local r = redis.call('XREADGROUP', 'GROUP', GROUP, consumer, 'COUNT', text(n - from_retry),
                          'STREAMS', sk, '>')
     if r then
       for _, e in ipairs(r[1][2]) do
@@ -458,7 +480,11 @@ local function maybe_complete(h, now)
     redis.call('PEXPIRE', rel_key(h.id), ttl)
     redis.call('PEXPIRE', deadmap_key(h.id), ttl)
   end
-  redis.call('PEXPIRE', req_key(h.id), ttl)
+  if ttl == h.retention_ms and h.retention_text then
+    redis.call('PEXPIRE', req_key(h.id), h.retention_text)  -- as stored: no number to write
+  else
+    redis.call('PEXPIRE', req_key(h.id), ttl)
+  end
   -- The index forgets requests whose hash has expired: once per call (finish()).
   local cutoff = now - ttl
   if not TRIM[final] or TRIM[final] < cutoff then TRIM[final] = cutoff end

@@ -43,13 +43,13 @@ local state = ARGV[12] == '1' and 'active' or 'open'
 local fields = {'state', state, 'priority', ARGV[3], 'concurrency', ARGV[4], 'tenant', ARGV[5],
   'handler', ARGV[6], 'max_attempts', ARGV[7], 'lease_ms', ARGV[8], 'retention_ms', ARGV[9],
   'backoff_ms', ARGV[10], 'backoff_max_ms', ARGV[11],
-  'total', n, 'waiting', n, 'created_ms', now, 'updated_ms', now}
+  'total', text(n), 'waiting', text(n), 'created_ms', text(now), 'updated_ms', text(now)}
 if ARGV[12] == '2' or ARGV[12] == '3' then
   fields[#fields + 1] = 'resume'
   fields[#fields + 1] = ARGV[12]
 end
 redis.call('HSET', rk, unpack(fields))
-redis.call('ZADD', state_key(state), now, rid)
+redis.call('ZADD', state_key(state), text(now), rid)
 
 -- The table load_req() would read back, without reading it back.
 local h = {id = rid, state = state, tenant = ARGV[5], handler = ARGV[6],
@@ -57,11 +57,12 @@ local h = {id = rid, state = state, tenant = ARGV[5], handler = ARGV[6],
            waiting = n, retry = 0, leased = 0, delayed = 0, done = 0, dead = 0, cancelled = 0,
            max_attempts = tonumber(ARGV[7]), lease_ms = tonumber(ARGV[8]),
            retention_ms = tonumber(ARGV[9]), backoff_ms = tonumber(ARGV[10]),
-           backoff_max_ms = tonumber(ARGV[11]), _elig = false, _state0 = state}
+           backoff_max_ms = tonumber(ARGV[11]), retention_text = ARGV[9], _elig = false,
+           _state0 = state, _dirty = false, _moved = false}
 REQS[rid] = h
 bump_waiting_stat(h, n)
 stat('submitted', n)
-event('submitted', rid, 'tasks', n, 'priority', ARGV[3], 'tenant', ARGV[5])
+event('submitted', rid, 'tasks', text(n), 'priority', ARGV[3], 'tenant', ARGV[5])
 if n == 0 then maybe_complete(h, now) end
 sync_ready(h)
 dispatch_idle()
