@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from django.db import DatabaseError, close_old_connections, connections
+from django.db import DatabaseError, connections
 
 from core.queue import RedisReplyError, RedisUnavailable, registry
 from core.queue.client import Queue
@@ -212,9 +212,17 @@ def run_mirror(
                 f.housekeeping(time.monotonic(), force=True)
             break
         if not busy:
-            close_old_connections()
+            _tidy_db()
             stop.wait(config.idle_s)
     return totals
+
+
+def _tidy_db() -> None:
+    """Close database connections past their CONN_MAX_AGE or broken, as Django does after a
+    request; never one inside a transaction (a test's)."""
+    for conn in connections.all(initialized_only=True):
+        if not conn.in_atomic_block:
+            conn.close_if_unusable_or_obsolete()
 
 
 def _close_db() -> None:
