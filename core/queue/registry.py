@@ -8,7 +8,6 @@ theirs on every heartbeat. Names stay until someone removes them (`forget`).
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 import weakref
@@ -22,6 +21,7 @@ from .keys import registry_key, validate_id
 # Per client: the queue registry keys ("<prefix>:queues" + name) this process has written.
 _SEEN: weakref.WeakKeyDictionary[Any, set[tuple[str, str]]] = weakref.WeakKeyDictionary()
 _SEEN_LOCK = threading.Lock()
+_generation = 0  # bumped by forget(): Queue objects then check the process-wide record again
 
 
 def _now_ms() -> int:
@@ -44,13 +44,20 @@ def touch(queues: Iterable[QueueBase]) -> None:
 
 def seen(queue: QueueBase) -> None:
     """Register `queue` once per process (what a producer calls on every submit: after the
-    first, no round trip). A Redis error here is not the caller's: the next call retries."""
+    first, no round trip, and after the first per Queue object not even a lock). A Redis error
+    here is not the caller's: the next call retries."""
+    q: Any = queue
+    if getattr(q, "_registered", None) == _generation:
+        return
     mark = (queue.keys.registry, queue.name)
     with _SEEN_LOCK:
-        if mark in _SEEN.get(queue.redis, ()):
+        known = mark in _SEEN.get(queue.redis, ())
+    if not known:
+        try:
+            touch([queue])
+        except QueueError:
             return
-    with contextlib.suppress(QueueError):
-        touch([queue])
+    q._registered = _generation
 
 
 def names(client: Any, *, prefix: str = "qa") -> list[str]:
@@ -71,7 +78,9 @@ def forget(client: Any, name: str, *, prefix: str = "qa") -> bool:
     validate_id(name, "queue name")
     with translated("queue registry"):
         removed = int(client.zrem(registry_key(prefix), name))
+    global _generation
     with _SEEN_LOCK:
         for marks in _SEEN.values():
             marks.discard((registry_key(prefix), name))
+        _generation += 1
     return removed == 1
