@@ -17,8 +17,10 @@ from .errors import (
     RedisUnavailable,
     RequestCancelled,
     RequestSealed,
+    StateChanged,
     UnknownHandlerWarning,
     UnknownRequest,
+    UnknownWorker,
 )
 from .models import Lease, RequestInfo, Submitted
 
@@ -36,8 +38,10 @@ __all__ = [
     "RequestCancelled",
     "RequestInfo",
     "RequestSealed",
+    "StateChanged",
     "Submitted",
     "UnknownHandlerWarning",
     "UnknownRequest",
+    "UnknownWorker",
     "handlers",
 ]

@@ -36,8 +36,17 @@ class LeaseLost(QueueError):
     """The lease is no longer held (expired, reaped, claimed or already finished)."""
 
 
-class NotLeased(QueueError):
+class StateChanged(QueueError):
+    """What the caller saw has changed (an operator's page out of date, a second click): the
+    entry has another holder or was delivered again, the worker beat again. Nothing was done."""
+
+
+class NotLeased(StateChanged):
     """The task is not leased to anyone, so it cannot be claimed or released."""
+
+
+class UnknownWorker(QueueError, LookupError):
+    """No worker of this name is in the queue's registry."""
 
 
 class TotalMismatch(QueueError):
@@ -61,6 +70,8 @@ CODES: dict[int, type[QueueError]] = {
     -4: RequestCancelled,
     -5: NotLeased,
     -6: TotalMismatch,
+    -7: StateChanged,
+    -8: UnknownWorker,
 }
 
 

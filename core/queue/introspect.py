@@ -42,6 +42,7 @@ class QueueStats:
     requests_by_state: dict[str, int]
     workers: int
     totals: dict[str, int] = field(default_factory=dict)
+    paused: bool = False  # Operator.pause(): workers lease nothing from it
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -54,6 +55,7 @@ class QueueStats:
             "requests": self.requests_by_state,
             "workers": self.workers,
             "totals": self.totals,
+            "paused": self.paused,
         }
 
 
@@ -73,6 +75,7 @@ def stats(q: Queue, *, worker_timeout_ms: int = 15_000) -> QueueStats:
         for s in STATES:
             pipe.zcard(k.state_index(s))
         pipe.zcount(k.workers, now - worker_timeout_ms, "+inf")
+        pipe.exists(k.paused)
         r = pipe.execute()
     raw: dict[str, str] = r[0]
     by_prio = {int(f[2:]): int(v) for f, v in raw.items() if f.startswith("w:") and int(v)}
@@ -85,8 +88,9 @@ def stats(q: Queue, *, worker_timeout_ms: int = 15_000) -> QueueStats:
         delayed=r[2],
         dead=r[3],
         requests_by_state=dict(zip(STATES, r[4 : 4 + len(STATES)], strict=True)),
-        workers=r[-1],
+        workers=r[-2],
         totals=totals,
+        paused=bool(r[-1]),
     )
 
 

@@ -106,6 +106,11 @@ class QueueKeys:
         return self.base + "handlers"
 
     @property
+    def paused(self) -> str:
+        """String: when the queue was paused (ms); absent while it runs."""
+        return self.base + "paused"
+
+    @property
     def idle(self) -> str:
         return self.base + "idle"
 

@@ -81,6 +81,7 @@ class RequestInfo:
     created_ms: int
     updated_ms: int
     finished_ms: int | None
+    discarded: int = 0  # dead letters an operator deleted
 
     @classmethod
     def from_hash(cls, rid: str, h: dict[str, str]) -> RequestInfo:
@@ -106,6 +107,7 @@ class RequestInfo:
             created_ms=i("created_ms"),
             updated_ms=i("updated_ms"),
             finished_ms=int(h["finished_ms"]) if h.get("finished_ms") else None,
+            discarded=i("discarded"),
         )
 
     @property

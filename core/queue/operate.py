@@ -1,5 +1,6 @@
-"""Operating: cancel a request, requeue dead letters, claim or release a pending task, read a
-request's state and wait for its completion."""
+"""Operating: cancel a request, requeue or delete dead letters, claim or release a pending
+task, take back a dead worker's leases, pause and resume the queue, read a request's state and
+wait for its completion."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ from typing import Any
 
 import orjson
 
-from .base import QueueBase, translated
+from .base import QueueBase, int_in, translated
 from .errors import UnknownRequest, check_code
 from .keys import validate_id, validate_task_id
 from .models import TERMINAL_STATES, Cancelled, Lease
+
+CHUNK = 1000  # ids per call into Redis: one call holds Redis for a few ms at most
 
 
 class Operator(QueueBase):
@@ -28,12 +31,23 @@ class Operator(QueueBase):
         return Cancelled(reply[0], int(reply[1]), int(reply[2]))
 
     def requeue(self, dead_ids: Sequence[str]) -> tuple[int, int]:
-        """Put dead letters back to waiting by dead-stream id; returns (requeued, skipped)."""
+        """Put dead letters back to waiting by dead-stream id; returns (requeued, skipped):
+        a letter no longer dead (requeued or deleted meanwhile) is skipped, not requeued
+        twice. One call into Redis per CHUNK ids."""
+        return self._by_dead_id("requeue", dead_ids, "ids")
+
+    def delete_dead(self, dead_ids: Sequence[str]) -> tuple[int, int]:
+        """Remove dead letters for good, counted in their requests as discarded; returns
+        (deleted, skipped): a letter no longer in the dead stream is skipped."""
+        return self._by_dead_id("delete_dead", dead_ids)
+
+    def _by_dead_id(self, op: str, dead_ids: Sequence[str], *mode: str) -> tuple[int, int]:
         ids = [validate_task_id(d) for d in dead_ids]
-        if not ids:
-            return 0, 0
-        reply = self._run("requeue", [self._now(), "ids", *ids])
-        return int(reply[0]), int(reply[1])
+        done = skipped = 0
+        for i in range(0, len(ids), CHUNK):
+            reply = self._run(op, [self._now(), *mode, *ids[i : i + CHUNK]])
+            done, skipped = done + int(reply[0]), skipped + int(reply[1])
+        return done, skipped
 
     def requeue_request(self, request_id: str) -> int:
         """Put every dead letter of one request back to waiting; returns how many."""
@@ -44,26 +58,82 @@ class Operator(QueueBase):
         check_code(reply, f"requeue request {rid!r}")
         return int(reply[0])
 
-    def claim(self, request_id: str, task_id: str, consumer: str) -> Lease:
-        """Move a leased task to `consumer`; the previous holder's lease stops being valid."""
+    def claim(
+        self,
+        request_id: str,
+        task_id: str,
+        consumer: str,
+        *,
+        expect_consumer: str | None = None,
+        min_idle_ms: int = 0,
+    ) -> Lease:
+        """Move a leased task to `consumer`; the previous holder's lease stops being valid.
+
+        With `expect_consumer` and `min_idle_ms` (what an operator's page showed), the claim
+        is refused with StateChanged if the task has another holder or was delivered again
+        since (idle less than shown); NotLeased (a StateChanged) if it is no longer leased.
+        """
         validate_id(consumer, "consumer name")
-        reply = self._claim(request_id, task_id, consumer)
+        reply = self._claim(request_id, task_id, consumer, expect_consumer, min_idle_ms)
         return Lease(reply[1], int(reply[2]), orjson.loads(reply[3]), reply[4], int(reply[5]))
 
-    def release_task(self, request_id: str, task_id: str) -> str:
-        """Take a leased task from its holder and put it back to waiting; returns the holder."""
-        return str(self._claim(request_id, task_id, "")[6])
+    def release_task(
+        self,
+        request_id: str,
+        task_id: str,
+        *,
+        expect_consumer: str | None = None,
+        min_idle_ms: int = 0,
+    ) -> str:
+        """Take a leased task from its holder and put it back to waiting without spending an
+        attempt; returns the holder. Refused as claim() is."""
+        return str(self._claim(request_id, task_id, "", expect_consumer, min_idle_ms)[6])
 
-    def _claim(self, request_id: str, task_id: str, consumer: str) -> Any:
+    def _claim(
+        self, request_id: str, task_id: str, consumer: str, expect: str | None, min_idle_ms: int
+    ) -> Any:
         rid = validate_id(request_id, "request id")
         tid = validate_task_id(task_id)
+        if expect is not None:
+            validate_id(expect, "consumer name")
+        int_in(min_idle_ms, "min_idle_ms", 0)
         reply = self._run(
             "claim",
-            [rid, self._now(), tid, consumer],
+            [rid, self._now(), tid, consumer, expect or "", min_idle_ms],
             [self.keys.request(rid), self.keys.tasks(rid)],
         )
         check_code(reply, f"task {tid} of request {rid!r}")
         return reply
+
+    def reclaim_worker(self, worker: str, dead_after_ms: int = 0) -> tuple[int, int]:
+        """Take back every lease of a dead worker without spending attempts, and remove it from
+        the registry; returns (back to waiting, dropped as cancelled). Refused with
+        StateChanged if it beat within `dead_after_ms` (0: the --dead-after its registry
+        entry names), UnknownWorker if it is not registered."""
+        validate_id(worker, "worker name")
+        int_in(dead_after_ms, "dead_after_ms", 0)
+        released = cancelled = offset = 0
+        keys = [self.keys.workers, self.keys.worker(worker)]
+        while offset >= 0:
+            reply = self._run("reclaim", [self._now(), worker, dead_after_ms, CHUNK, offset], keys)
+            check_code(reply, f"worker {worker!r}")
+            released, cancelled = released + int(reply[0]), cancelled + int(reply[1])
+            offset = int(reply[2])
+        return released, cancelled
+
+    def pause(self, by: str = "") -> bool:
+        """Lease nothing from this queue until resume(); running tasks finish. Returns False
+        if it was paused already."""
+        return bool(self._run("pause", [self._now(), by], [self.keys.paused]))
+
+    def resume(self, by: str = "") -> bool:
+        """Hand out work again after pause(); returns False if the queue was not paused."""
+        return bool(self._run("resume", [self._now(), by], [self.keys.paused]))
+
+    def paused(self) -> bool:
+        """Whether the queue is paused."""
+        with translated("paused"):
+            return bool(self.redis.exists(self.keys.paused))
 
     def state(self, request_id: str) -> str:
         """The request's state; raises UnknownRequest if there is no such request."""

@@ -46,6 +46,10 @@ SCRIPT_NAMES = (
     "cancel",
     "requeue",
     "claim",
+    "pause",
+    "resume",
+    "delete_dead",
+    "reclaim",
 )
 
 

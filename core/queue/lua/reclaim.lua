@@ -1,0 +1,112 @@
+--[[ reclaim: an operator takes back every lease of a dead worker (its last heartbeat is older
+than its --dead-after) without waiting for the reaper: each goes back to waiting (dropped as
+cancelled if its request is being cancelled) without spending an attempt, as a release does.
+Once nothing of it is left, the worker leaves the registry. A worker that beat within its
+dead-after is refused: it may still be running its tasks.
+
+Its leases are found without scanning the queue: the tasks its last heartbeat listed (the
+worker's registry entry, this queue's only), what was handed to it (handoff:<worker>), and
+the expired leases (every lease it renewed at its last beat has expired since: a worker
+leases for its dead-after), ARGV[4] of them from offset ARGV[5]; each is checked against the
+task's pending entry (held by this worker, with the same delivery count).
+
+KEYS[1..8] queue-level keys (see _common.lua)
+KEYS[9]    <p>:{Q}:workers          zset worker -> last beat (ms)
+KEYS[10]   <p>:{Q}:worker:<name>    hash its registry entry (info JSON)
+Derived:   req:<rid>, req:<rid>:tasks|rel, tr:<prio>:<tenant>, state:<state>, done:<rid>,
+           idle, handoff:<worker>, delayed:<prio>, dprio
+
+ARGV[1] now (ms)   ARGV[2] worker   ARGV[3] its dead-after (ms; 0 = from its registry entry)
+ARGV[4] expired leases to look at   ARGV[5] offset into the expired leases
+
+Returns {released, cancelled, next}: next = the offset to call again with when ARGV[4]
+expired leases were looked at (there may be more), else -1: the worker was removed from the
+registry.
+Errors: -8 no such worker, -7 the worker beat within its dead-after (or none is known)
+--]]
+--@include common
+
+local now, worker = now_ms(ARGV[1]), ARGV[2]
+local limit, offset = tonumber(ARGV[4]), tonumber(ARGV[5])
+local beat = redis.call('ZSCORE', KEYS[9], worker)
+if not beat then return -8 end
+local info = redis.call('HGET', KEYS[10], 'info')
+local decoded = nil
+if info then
+  local ok, t = pcall(cjson.decode, info)
+  if ok and type(t) == 'table' then decoded = t end
+end
+local dead_after = tonumber(ARGV[3]) or 0
+if dead_after <= 0 and decoded then dead_after = tonumber(decoded.dead_after_ms) or 0 end
+if dead_after <= 0 or now - tonumber(beat) < dead_after then return -7 end
+
+local queue = string.match(PREFIX, '{(.*)}:$')
+local seen, candidates = {}, {}
+local function consider(rid, tid)
+  if rid and tid and not seen[rid .. '/' .. tid] then
+    seen[rid .. '/' .. tid] = true
+    candidates[#candidates + 1] = {rid, tid}
+  end
+end
+if offset == 0 and decoded and type(decoded.tasks) == 'table' then
+  for _, t in ipairs(decoded.tasks) do
+    if type(t) == 'table' and t.queue == queue then consider(t.request, t.task) end
+  end
+end
+local hk = PREFIX .. 'handoff:' .. worker
+if offset == 0 then
+  for _, item in ipairs(redis.call('LRANGE', hk, 0, -1)) do
+    local ok, t = pcall(cjson.decode, item)
+    if ok and type(t) == 'table' then
+      for i = 1, #t, 5 do
+        local rid, tid = split_lease(t[i])
+        consider(rid, tid)
+      end
+    end
+  end
+end
+local expired = redis.call('ZRANGEBYSCORE', K_LEASES, '-inf', '(' .. text(now),
+                           'LIMIT', offset, limit)
+for _, lease in ipairs(expired) do
+  local rid, tid = split_lease(lease)
+  consider(rid, tid)
+end
+
+local released, cancelled, removed = 0, 0, {}
+for _, c in ipairs(candidates) do
+  local rid, tid = c[1], c[2]
+  local deliveries, holder = pending_info(rid, tid)
+  local h = holder == worker and load_req(rid)
+  local token = h and (rid .. '/' .. tid .. '/' .. deliveries)
+  if h and redis.call('ZREM', K_LEASES, token) == 1 then
+    removed[token] = true
+    redis.call('HINCRBY', rel_key(rid), tid, 1)
+    add(h, 'leased', -1)
+    if h.state == 'cancelling' then
+      retire(rid, tid)
+      add(h, 'cancelled', 1)
+      cancelled = cancelled + 1
+    else
+      to_waiting(h, tid)
+      released = released + 1
+    end
+    event('released', rid, 'task', tid, 'worker', worker, 'by', 'reclaim')
+    sync_ready(h)
+    maybe_complete(h, now)
+  end
+end
+local next_offset = -1
+if #expired == limit then
+  -- What this call took out of `leases` no longer shifts the rest: step over what is left.
+  next_offset = offset
+  for _, lease in ipairs(expired) do
+    if not removed[lease] then next_offset = next_offset + 1 end
+  end
+else
+  redis.call('ZREM', KEYS[9], worker)
+  redis.call('DEL', KEYS[10], hk)
+  redis.call('ZREM', K_IDLE, worker .. '|' .. text(dead_after))
+  event('reclaimed', '', 'worker', worker)
+end
+dispatch_idle()
+return {released, cancelled, next_offset}
