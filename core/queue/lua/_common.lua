@@ -57,13 +57,23 @@ local MOVED  -- requests whose state changed: h._state0 is the index they are in
 local EXPIRY  -- lease_ms -> the text of NOW + lease_ms, made once per call
 
 local function begin(keys)
-  K_READY, K_LEASES, K_DELAYED, K_DEAD = keys[1], keys[2], keys[3], keys[4]
+  if keys[1] ~= K_READY then  -- another queue than the last call's: derive its key names
+    K_READY = keys[1]
+    PREFIX = string.sub(K_READY, 1, #K_READY - #'ready')
+    K_IDLE = PREFIX .. 'idle'
+    K_DPRIO = PREFIX .. 'dprio'
+  end
+  K_LEASES, K_DELAYED, K_DEAD = keys[2], keys[3], keys[4]
   K_EVENTS, K_WAKE, K_SEQ, K_STATS = keys[5], keys[6], keys[7], keys[8]
-  PREFIX = string.sub(K_READY, 1, #K_READY - #'ready')
-  K_IDLE = PREFIX .. 'idle'
-  K_DPRIO = PREFIX .. 'dprio'
   NOW, NOW_TEXT, DISPATCH, PROMOTED, FLOOR, READY_HELD = 0, nil, false, false, -1, false
-  REQS, DIRTY, STATS, TRIM, LEASE_ADD, MOVED, EXPIRY = {}, {}, {}, {}, {}, {}, {}
+  -- finish() leaves these empty; a call that failed part-way may not have: start clean.
+  if not REQS or next(REQS) then REQS = {} end
+  if not EXPIRY or next(EXPIRY) then EXPIRY = {} end
+  if not DIRTY or next(DIRTY) then DIRTY = {} end
+  if not STATS or next(STATS) then STATS = {} end
+  if not TRIM or next(TRIM) then TRIM = {} end
+  if not LEASE_ADD or next(LEASE_ADD) then LEASE_ADD = {} end
+  if not MOVED or next(MOVED) then MOVED = {} end
 end
 
 -- Milliseconds from the caller's clock when it sends one (tests control time that way), else
@@ -226,48 +236,58 @@ end
 -- trimmed once.
 local function finish(result)
   flush_leases()
-  for _, h in ipairs(DIRTY) do
-    local args, n = {}, 0
-    for f in pairs(h._dirty) do
-      args[n + 1] = f
-      args[n + 2] = text(h[f])
-      n = n + 2
+  if #DIRTY > 0 then
+    for _, h in ipairs(DIRTY) do
+      local args, n = {}, 0
+      for f in pairs(h._dirty) do
+        args[n + 1] = f
+        args[n + 2] = text(h[f])
+        n = n + 2
+      end
+      redis.call('HSET', req_key(h.id), unpack(args))
+      h._dirty = false
     end
-    redis.call('HSET', req_key(h.id), unpack(args))
-    h._dirty = false
+    DIRTY = {}
   end
-  DIRTY = {}
-  -- State indexes: the requests that left each state, and entered each, in one call each.
-  local out_of, into = {}, {}
-  for _, h in ipairs(MOVED) do
-    if h.state ~= h._state0 then
-      local o, i = out_of[h._state0], into[h.state]
-      if not o then o = {}; out_of[h._state0] = o end
-      if not i then i = {}; into[h.state] = i end
-      o[#o + 1] = h.id
-      i[#i + 1] = text(h._moved)
-      i[#i + 1] = h.id
-      h._state0 = h.state
+  if #MOVED > 0 then
+    -- State indexes: the requests that left each state, and entered each, in one call each.
+    local out_of, into = {}, {}
+    for _, h in ipairs(MOVED) do
+      if h.state ~= h._state0 then
+        local o, i = out_of[h._state0], into[h.state]
+        if not o then o = {}; out_of[h._state0] = o end
+        if not i then i = {}; into[h.state] = i end
+        o[#o + 1] = h.id
+        i[#i + 1] = text(h._moved)
+        i[#i + 1] = h.id
+        h._state0 = h.state
+      end
+      h._moved = false
     end
-    h._moved = false
-  end
-  MOVED = {}
-  for state, ids in pairs(out_of) do
-    for j = 1, #ids, 500 do redis.call('ZREM', state_key(state), unpack(ids, j, math.min(j + 499, #ids))) end
-  end
-  for state, args in pairs(into) do
-    for j = 1, #args, 1000 do
-      redis.call('ZADD', state_key(state), unpack(args, j, math.min(j + 999, #args)))
+    MOVED = {}
+    for state, ids in pairs(out_of) do
+      for j = 1, #ids, 500 do
+        redis.call('ZREM', state_key(state), unpack(ids, j, math.min(j + 499, #ids)))
+      end
+    end
+    for state, args in pairs(into) do
+      for j = 1, #args, 1000 do
+        redis.call('ZADD', state_key(state), unpack(args, j, math.min(j + 999, #args)))
+      end
     end
   end
-  for f, d in pairs(STATS) do
-    if d ~= 0 then redis.call('HINCRBY', K_STATS, f, d) end
+  if next(STATS) then
+    for f, d in pairs(STATS) do
+      if d ~= 0 then redis.call('HINCRBY', K_STATS, f, d) end
+    end
+    STATS = {}
   end
-  STATS = {}
-  for state, cutoff in pairs(TRIM) do
-    redis.call('ZREMRANGEBYSCORE', state_key(state), '-inf', '(' .. cutoff)
+  if next(TRIM) then
+    for state, cutoff in pairs(TRIM) do
+      redis.call('ZREMRANGEBYSCORE', state_key(state), '-inf', '(' .. cutoff)
+    end
+    TRIM = {}
   end
-  TRIM = {}
   return result
 end
 

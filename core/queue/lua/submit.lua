@@ -40,10 +40,11 @@ end
 local state = ARGV[12] == '1' and 'active' or 'open'
 -- The counters that start at 0 (retry, leased, delayed, done, dead, cancelled) are not
 -- written: every reader takes a missing counter as 0.
-local fields = {'state', state, 'priority', ARGV[3], 'concurrency', ARGV[4], 'tenant', ARGV[5],
-  'handler', ARGV[6], 'max_attempts', ARGV[7], 'lease_ms', ARGV[8], 'retention_ms', ARGV[9],
-  'backoff_ms', ARGV[10], 'backoff_max_ms', ARGV[11],
-  'total', text(n), 'waiting', text(n), 'created_ms', text(now), 'updated_ms', text(now)}
+-- In the order load_req() reads them: a small hash is searched from its start, field by field.
+local fields = {'state', state, 'tenant', ARGV[5], 'handler', ARGV[6], 'priority', ARGV[3],
+  'concurrency', ARGV[4], 'waiting', text(n), 'lease_ms', ARGV[8], 'retention_ms', ARGV[9],
+  'total', text(n), 'max_attempts', ARGV[7], 'backoff_ms', ARGV[10], 'backoff_max_ms', ARGV[11],
+  'created_ms', text(now), 'updated_ms', text(now)}
 if ARGV[12] == '2' or ARGV[12] == '3' then
   fields[#fields + 1] = 'resume'
   fields[#fields + 1] = ARGV[12]
