@@ -136,6 +136,9 @@ class Stack:
         # The database's history of every queue in the registry (requests, dead letters,
         # counter samples for the console's charts).
         specs.append(ChildSpec("mirror", [sys.executable, "manage.py", "runmirror"]))
+        # The console's bulk actions (requeue, delete, cancel of a filter's snapshot), chunk
+        # by chunk: a web request only records them.
+        specs.append(ChildSpec("actions", [sys.executable, "manage.py", "runactions"]))
         return specs
 
     def _lock_data_dir(self) -> DataDirLock:

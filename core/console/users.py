@@ -1,4 +1,6 @@
-"""Console accounts: a user in the viewer or operator group, with a generated password."""
+"""Console accounts: a user in the viewer, operator or admin group, with a generated password.
+An admin may also use the Django admin (/admin/: is_staff), where it sees the history and the
+audit log and runs the admin actions its permissions allow."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import secrets
 from django.contrib.auth.models import Group, User
 from django.db import transaction
 
-ROLES = ("viewer", "operator")
+ROLES = ("viewer", "operator", "admin")
 
 
 class UserError(Exception):
@@ -28,6 +30,6 @@ def create_user(name: str, role: str) -> str:
         raise UserError(f"the {role} group is missing: run `manage.py migrate` first") from None
     password = secrets.token_urlsafe(15)
     with transaction.atomic():
-        user = User.objects.create_user(name, password=password)
+        user = User.objects.create_user(name, password=password, is_staff=role == "admin")
         user.groups.add(group)
     return password

@@ -29,7 +29,7 @@ from .streams import Entry, sid
 UNFINISHED = [s for s in STATES if s not in TERMINAL_STATES]
 CHUNK = 500  # requests per Redis pipeline and per database statement
 # Events that take dead letters out of the dead stream, and what the letters become.
-RESOLUTIONS = {"requeued": "requeued", "deleted": "deleted"}
+RESOLUTIONS = {"requeued": "requeued", "discarded": "deleted", "deleted": "deleted"}
 # Every field an upsert writes (all but the key), and a new row's values before any.
 FIELDS = [
     f.name for f in Request._meta.concrete_fields
@@ -240,7 +240,8 @@ def _from_hash(row: Row, h: RequestInfo) -> None:
         state=h.state, priority=h.priority, concurrency=h.concurrency, tenant=h.tenant,
         handler=h.handler, max_attempts=h.max_attempts, total=h.total, waiting=h.waiting,
         leased=h.leased, delayed=h.delayed, done=h.done, dead=h.dead, cancelled=h.cancelled,
-        created_at=ms_dt(h.created_ms), updated_at=ms_dt(max(h.updated_ms, h.created_ms)),
+        discarded=h.discarded, created_at=ms_dt(h.created_ms),
+        updated_at=ms_dt(max(h.updated_ms, h.created_ms)),
         finished_at=ms_dt(h.finished_ms) if final and h.finished_ms else None, expired_at=None,
     )
 

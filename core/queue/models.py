@@ -59,6 +59,7 @@ class Cancelled:
     state: str
     dropped: int
     running: int
+    changed: bool = True  # False: it was cancelled already, or had finished
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,7 @@ class Operator(QueueBase):
             "cancel", [rid, self._now()], [self.keys.request(rid), self.keys.tasks(rid)]
         )
         check_code(reply, f"cancel request {rid!r}")
-        return Cancelled(reply[0], int(reply[1]), int(reply[2]))
+        return Cancelled(reply[0], int(reply[1]), int(reply[2]), int(reply[3]) == 1)
 
     def requeue(self, dead_ids: Sequence[str]) -> tuple[int, int]:
         """Put dead letters back to waiting by dead-stream id; returns (requeued, skipped):

@@ -1,5 +1,5 @@
-"""manage.py createuser NAME --role viewer|operator: a console account; prints its generated
-password once."""
+"""manage.py createuser NAME --role viewer|operator|admin: a console account; prints its
+generated password once."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from core.console.users import ROLES, UserError, create_user
 
 
 class Command(BaseCommand):
-    help = "Create a console user in the viewer or operator group; prints its password once."
+    help = ("Create a console user in the viewer, operator or admin group; prints its password "
+            "once.")
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("name")

@@ -10,7 +10,8 @@ Derived:   req:<rid>:rel|dead, tr:<prio>:<tenant>, state:<state>, done:<rid>, de
 
 ARGV[1] rid   ARGV[2] now (ms)
 
-Returns {state, dropped, running}
+Returns {state, dropped, running, changed}: changed 0 when the request was not open or active
+(cancelled already, or finished), 1 when this call cancelled it
 Errors: -2 no such request
 --]]
 --@include common
@@ -19,7 +20,7 @@ local rid, now = ARGV[1], now_ms(ARGV[2])
 local sk = KEYS[10]
 local h = load_req(rid)
 if not h then return -2 end
-if h.state ~= 'open' and h.state ~= 'active' then return {h.state, 0, h.leased} end
+if h.state ~= 'open' and h.state ~= 'active' then return {h.state, 0, h.leased, 0} end
 
 -- Entries never delivered: move the group's cursor past them.
 redis.call('XGROUP', 'SETID', sk, GROUP, '$')
@@ -47,4 +48,4 @@ set_state(h, 'cancelling', now)
 event('cancelled', rid, 'dropped', dropped, 'running', h.leased)
 sync_ready(h)
 maybe_complete(h, now)
-return {h.state, dropped, h.leased}
+return {h.state, dropped, h.leased, 1}

@@ -1,0 +1,27 @@
+"""`manage.py release --request RID --task TID ... --from CONSUMER [--min-idle MS] [--queue Q]
+[--dry-run]`: leased tasks back to waiting now, without spending an attempt."""
+
+from __future__ import annotations
+
+from argparse import ArgumentParser
+from typing import Any
+
+from django.core.management.base import BaseCommand
+
+from core.cli import raw_stream
+from core.cli.ops import move
+
+from .claim import add_entry_options
+
+
+class Command(BaseCommand):
+    help = ("Release pending entries: leased tasks go back to waiting now (no attempt spent). "
+            "Audited with the OS user as the actor.")
+
+    def add_arguments(self, parser: ArgumentParser) -> None:
+        add_entry_options(parser)
+
+    def handle(self, *args: Any, **o: Any) -> None:
+        move(action="release", queue=o["queue"], request=o["request"], tasks=o["tasks"],
+             holder=o["holder"], to=None, min_idle_ms=o["min_idle"], dry_run=o["dry_run"],
+             out=raw_stream(self.stdout))

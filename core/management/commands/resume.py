@@ -1,0 +1,24 @@
+"""`manage.py resume --queue Q [--dry-run]`: a paused queue hands out work again."""
+
+from __future__ import annotations
+
+from argparse import ArgumentParser
+from typing import Any
+
+from django.core.management.base import BaseCommand
+
+from core.cli import raw_stream
+from core.cli.ops import switch
+
+
+class Command(BaseCommand):
+    help = "Resume a paused queue. Audited with the OS user as the actor."
+
+    def add_arguments(self, parser: ArgumentParser) -> None:
+        parser.add_argument("--queue", "-q", required=True)
+        parser.add_argument("--dry-run", action="store_true",
+                            help="say whether it would change anything; change nothing")
+
+    def handle(self, *args: Any, **o: Any) -> None:
+        switch(action="resume", queue=o["queue"], dry_run=o["dry_run"],
+               out=raw_stream(self.stdout))

@@ -1,0 +1,321 @@
+"""Direct operator actions on up to 1,000 targets (a page's selection, an admin action, a
+command line). Each checks the permission first (a refusal is audited, then raises Refused),
+validates its input (BadInput), acts through the engine, which checks every target's state in
+Lua (a target no longer as the page showed it is skipped, never acted on twice), and writes one
+audit entry with what it did, also when Redis fails halfway (RedisUnavailable is raised then;
+the entry says what was done before)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+
+from core.conf import DEFAULT_QUEUE, get_queue, redis_client
+from core.queue import (
+    InvalidInput,
+    Queue,
+    QueueError,
+    RequestCancelled,
+    StateChanged,
+    UnknownRequest,
+    UnknownWorker,
+    introspect,
+)
+from core.queue.keys import validate_id, validate_task_id
+
+from . import audit
+from .audit import Actor, as_actor, describe_ids
+from .errors import BadInput, Refused, StaleState
+from .perms import permission_for
+
+__all__ = ["Actor", "PendingRef", "Result", "cancel", "claim", "delete_dead", "pause",
+           "reclaim_worker", "release", "requeue_dead", "requeue_request", "resume"]
+
+CHUNK = 1000  # targets per call into Redis, and the most a direct action takes
+PAST = {"requeue": "requeued", "delete": "deleted", "cancel": "cancelled", "claim": "claimed",
+        "release": "released", "reclaim": "released", "pause": "paused", "resume": "resumed"}
+
+
+@dataclass(frozen=True)
+class Result:
+    action: str
+    acted: int
+    skipped: int
+    message: str  # what the page shows: "requeued 3,214 of 3,214; 0 skipped"
+    audit_id: int
+
+
+@dataclass(frozen=True)
+class PendingRef:
+    """A pending entry as the page showed it, so a stale page never acts on the wrong one."""
+
+    request_id: str
+    task_id: str
+    consumer: str  # the holder the page showed
+    idle_ms: int  # the idle time the page showed (the engine checks idle >= this)
+
+
+@dataclass
+class Tally:
+    acted: int = 0
+    skipped: int = 0
+
+
+def message(action: str, acted: int, skipped: int) -> str:
+    return f"{PAST[action]} {acted:,} of {acted + skipped:,}; {skipped:,} skipped"
+
+
+def check_permission(actor: Actor, action: str, queue: str, target: str, count: int) -> None:
+    """Refused (audited) unless `actor` may do `action`."""
+    if not audit.may(actor, permission_for(action)):
+        audit.record(actor, action, queue, target=target, count=count, refused=True,
+                     error=f"{actor.name} lacks the permission {permission_for(action)}")
+        raise Refused(f"{actor.name} may not {action}: it needs the permission "
+                      f"{permission_for(action)} (the refusal was recorded)")
+
+
+def open_queue(name: str) -> Queue:
+    """The queue `name` if a producer or worker has used it (or it is the default queue)."""
+    try:
+        validate_id(name, "queue name")
+    except InvalidInput as exc:
+        raise BadInput(str(exc)) from None
+    if name != DEFAULT_QUEUE:
+        names = introspect.queues(redis_client(), prefix=settings.QUEUE_PREFIX)
+        if name not in names:
+            raise BadInput(f"there is no queue named {name!r}")
+    return get_queue(name)
+
+
+def _ids(values: Sequence[str], what: str, check: Callable[[str], str]) -> list[str]:
+    if isinstance(values, str):
+        values = [values]
+    ids = list(dict.fromkeys(v.strip() if isinstance(v, str) else v for v in values))
+    if not ids:
+        raise BadInput(f"no {what} given")
+    if len(ids) > CHUNK:
+        raise BadInput(f"{len(ids):,} {what}s given: at most {CHUNK:,} at once; use a bulk "
+                       "action (preview, confirm) for more")
+    try:
+        return [check(i) for i in ids]
+    except InvalidInput as exc:
+        raise BadInput(str(exc)) from None
+
+
+def _request_id(value: str) -> str:
+    return validate_id(value, "request id")
+
+
+def run(
+    who: Any,
+    action: str,
+    queue: str,
+    target: str,
+    count: int,
+    validate: Callable[[], Any],
+    act: Callable[[Queue, Any, Tally], None],
+) -> Result:
+    """The frame every action shares: permission, input, the engine, one audit entry."""
+    actor = as_actor(who)
+    check_permission(actor, action, queue, target, count)
+    q = open_queue(queue)
+    args = validate()
+    tally = Tally()
+    try:
+        act(q, args, tally)
+    except StaleState as exc:
+        audit.record(actor, action, queue, target=target, count=count, acted=tally.acted,
+                     skipped=tally.skipped, error=str(exc))
+        raise
+    except QueueError as exc:  # Redis unreachable or refusing: what was done is recorded
+        audit.record(actor, action, queue, target=target, count=count, acted=tally.acted,
+                     skipped=tally.skipped, error=str(exc))
+        raise
+    entry = audit.record(actor, action, queue, target=target, count=count, acted=tally.acted,
+                         skipped=tally.skipped)
+    return Result(action, tally.acted, tally.skipped,
+                  message(action, tally.acted, tally.skipped), entry.id)
+
+
+def _dead_action(who: Any, action: str, queue: str, dead_ids: Sequence[str],
+                 op: Callable[[Queue, list[str]], tuple[int, int]]) -> Result:
+    ids_in = list(dead_ids) if not isinstance(dead_ids, str) else [dead_ids]
+
+    def act(q: Queue, ids: list[str], tally: Tally) -> None:
+        acted, skipped = op(q, ids)  # one call into Redis: at most CHUNK ids
+        tally.acted, tally.skipped = acted, skipped
+
+    return run(who, action, queue, describe_ids([str(i) for i in ids_in]), len(ids_in),
+               lambda: _ids(ids_in, "dead letter id", validate_task_id), act)
+
+
+def requeue_dead(actor: Any, queue: str, dead_ids: list[str]) -> Result:
+    """Dead letters back to waiting with their attempts reset; letters no longer dead are
+    skipped. A failed request reopens."""
+    return _dead_action(actor, "requeue", queue, dead_ids, lambda q, ids: q.requeue(ids))
+
+
+def delete_dead(actor: Any, queue: str, dead_ids: list[str]) -> Result:
+    """Dead letters removed for good, counted in their requests as discarded."""
+    return _dead_action(actor, "delete", queue, dead_ids, lambda q, ids: q.delete_dead(ids))
+
+
+def requeue_request(actor: Any, queue: str, request_id: str) -> Result:
+    """Every dead letter of one request back to waiting."""
+
+    def act(q: Queue, rid: str, tally: Tally) -> None:
+        try:
+            tally.acted = q.requeue_request(rid)
+        except UnknownRequest:
+            raise BadInput(f"there is no request {rid!r} in queue {queue!r}") from None
+        except RequestCancelled:
+            raise StaleState(f"request {rid!r} was cancelled: its dead letters stay") from None
+
+    return run(actor, "requeue", queue, f"all dead letters of request {request_id}", 1,
+               lambda: _ids([request_id], "request id", _request_id)[0], act)
+
+
+def cancel(actor: Any, queue: str, request_ids: list[str]) -> Result:
+    """Requests deliver no more tasks; running ones are told to stop. A request already
+    finished, cancelled or gone is skipped."""
+    ids_in = list(request_ids) if not isinstance(request_ids, str) else [request_ids]
+    return run(actor, "cancel", queue, describe_ids([str(i) for i in ids_in]), len(ids_in),
+               lambda: _ids(ids_in, "request id", _request_id), cancel_each)
+
+
+def cancel_each(q: Queue, rids: list[str], tally: Tally) -> None:
+    """Cancel each request (one call into Redis each), counting as it goes."""
+    for rid in rids:
+        try:
+            outcome = q.cancel(rid)
+        except UnknownRequest:
+            tally.skipped += 1
+            continue
+        if outcome.changed:
+            tally.acted += 1
+        else:
+            tally.skipped += 1
+
+
+def _refs(entries: Sequence[PendingRef]) -> list[PendingRef]:
+    refs = list(entries)
+    if not refs:
+        raise BadInput("no pending entry given")
+    if len(refs) > CHUNK:
+        raise BadInput(f"at most {CHUNK:,} pending entries at once")
+    try:
+        for r in refs:
+            validate_id(r.request_id, "request id")
+            validate_task_id(r.task_id)
+            validate_id(r.consumer, "consumer name")
+            if isinstance(r.idle_ms, bool) or not isinstance(r.idle_ms, int) or r.idle_ms < 0:
+                raise InvalidInput(f"invalid idle time {r.idle_ms!r}")
+    except InvalidInput as exc:
+        raise BadInput(str(exc)) from None
+    return refs
+
+
+def _describe_refs(entries: Sequence[PendingRef]) -> str:
+    return describe_ids([f"{e.request_id}/{e.task_id}@{e.consumer}" for e in entries])
+
+
+def claim(actor: Any, queue: str, entries: list[PendingRef], to_consumer: str) -> Result:
+    """Move leased tasks to another live consumer; an entry no longer held by the consumer
+    shown, or delivered again since (idle less than shown), is skipped."""
+
+    def validate() -> list[PendingRef]:
+        refs = _refs(entries)
+        try:
+            validate_id(to_consumer, "consumer name")
+        except InvalidInput as exc:
+            raise BadInput(str(exc)) from None
+        return refs
+
+    def act(q: Queue, refs: list[PendingRef], tally: Tally) -> None:
+        if not _alive(q, to_consumer):
+            raise BadInput(f"{to_consumer!r} is not a live worker of queue {queue!r}")
+        for r in refs:
+            try:
+                q.claim(r.request_id, r.task_id, to_consumer, expect_consumer=r.consumer,
+                        min_idle_ms=r.idle_ms)
+                tally.acted += 1
+            except (StateChanged, UnknownRequest):
+                tally.skipped += 1
+
+    target = f"{_describe_refs(entries)} to {to_consumer}"
+    return run(actor, "claim", queue, target, len(entries), validate, act)
+
+
+def _alive(q: Queue, worker: str) -> bool:
+    """Whether `worker` beat within its --dead-after (15 s if its entry does not say)."""
+    for w in introspect.workers(q, limit=1000).items:
+        if w.name == worker:
+            dead_after = int(w.info.get("dead_after_ms") or 15_000)
+            return q.now_ms() - w.last_beat_ms < dead_after
+    return False
+
+
+def release(actor: Any, queue: str, entries: list[PendingRef]) -> Result:
+    """Leased tasks back to waiting now, without spending an attempt; skipped as claim()."""
+
+    def act(q: Queue, refs: list[PendingRef], tally: Tally) -> None:
+        for r in refs:
+            try:
+                q.release_task(r.request_id, r.task_id, expect_consumer=r.consumer,
+                               min_idle_ms=r.idle_ms)
+                tally.acted += 1
+            except (StateChanged, UnknownRequest):
+                tally.skipped += 1
+
+    return run(actor, "release", queue, _describe_refs(entries), len(entries),
+               lambda: _refs(entries), act)
+
+
+def reclaim_worker(actor: Any, queue: str, worker: str) -> Result:
+    """Every lease of a worker past its --dead-after back to waiting (no attempt spent), and
+    the worker out of the registry. StaleState if it beat within it, or is gone already."""
+
+    def validate() -> str:
+        try:
+            return validate_id(worker, "worker name")
+        except InvalidInput as exc:
+            raise BadInput(str(exc)) from None
+
+    def act(q: Queue, name: str, tally: Tally) -> None:
+        try:
+            released, cancelled = q.reclaim_worker(name)
+        except StateChanged:
+            raise StaleState(f"worker {name!r} beat within its --dead-after: it may still be "
+                             "running its tasks; nothing was reclaimed") from None
+        except UnknownWorker:
+            raise StaleState(f"worker {name!r} is not registered (reclaimed already, or "
+                             "gone for over an hour)") from None
+        tally.acted = released + cancelled
+
+    return run(actor, "reclaim", queue, f"worker {worker}", 1, validate, act)
+
+
+def pause(actor: Any, queue: str) -> Result:
+    """Workers lease nothing from the queue until it is resumed; running tasks finish."""
+    return _switch(actor, queue, "pause")
+
+
+def resume(actor: Any, queue: str) -> Result:
+    """A paused queue hands out work again."""
+    return _switch(actor, queue, "resume")
+
+
+def _switch(who: Any, queue: str, action: str) -> Result:
+    actor = as_actor(who)
+
+    def act(q: Queue, _: None, tally: Tally) -> None:
+        changed = q.pause(actor.name) if action == "pause" else q.resume(actor.name)
+        tally.acted, tally.skipped = (1, 0) if changed else (0, 1)
+
+    result = run(actor, action, queue, f"queue {queue}", 1, lambda: None, act)
+    text = (f"queue {queue} {PAST[action]}" if result.acted
+            else f"queue {queue} was already {'paused' if action == 'pause' else 'running'}")
+    return Result(result.action, result.acted, result.skipped, text, result.audit_id)

@@ -1,0 +1,102 @@
+"""Who acts, and the audit log: one AuditEntry per run of an action (or its refusal)."""
+
+from __future__ import annotations
+
+import getpass
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from core.models import AuditEntry, BulkAction
+
+SOURCES = ("console", "admin", "cli")
+TARGET_IDS_SHOWN = 50  # ids written into an entry's target; the count says how many in all
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who acts: a console or admin user, or an OS user at the command line (user None)."""
+
+    name: str
+    user: Any = None
+    source: str = "console"
+
+
+def as_actor(who: Any, source: str = "console") -> Actor:
+    """An Actor as it is, or one made of a Django user (what the console's views pass)."""
+    if isinstance(who, Actor):
+        return who
+    if who is None or not getattr(who, "is_authenticated", False):
+        return Actor("anonymous", None, source)
+    return Actor(who.get_username(), who, source)
+
+
+def os_actor() -> Actor:
+    """The person running a management command: "os:<login name>"."""
+    try:
+        login = getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a container)
+        import os
+
+        login = f"uid{os.getuid()}"
+    return Actor(f"os:{login}", None, "cli")
+
+
+def may(actor: Actor, permission: str) -> bool:
+    """Whether `actor` holds `permission`. A command line user may do everything: whoever
+    can run manage.py holds the database's and Redis' credentials anyway."""
+    if actor.source == "cli" and actor.user is None:
+        return True
+    user = actor.user
+    return bool(user is not None and user.is_active and user.has_perm(permission))
+
+
+def describe_ids(ids: list[str]) -> str:
+    shown = ", ".join(ids[:TARGET_IDS_SHOWN])
+    more = len(ids) - TARGET_IDS_SHOWN
+    return f"{shown} and {more:,} more" if more > 0 else shown
+
+
+def record(
+    actor: Actor,
+    action: str,
+    queue: str,
+    *,
+    target: str,
+    count: int,
+    acted: int = 0,
+    skipped: int = 0,
+    refused: bool = False,
+    error: str = "",
+    bulk: BulkAction | None = None,
+) -> AuditEntry:
+    """Write one audit entry."""
+    return AuditEntry.objects.create(
+        actor=actor.name[:200], user=actor.user, source=actor.source, action=action,
+        queue=queue[:200], target=target, count=count, acted=acted, skipped=skipped,
+        refused=refused, error=error, bulk=bulk,
+    )
+
+
+def entries(
+    user: str | None = None,
+    action: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    before_id: int | None = None,
+    limit: int = 50,
+) -> list[AuditEntry]:
+    """A page of the audit log, newest first (keyset by id: pass the last row's id as
+    `before_id` for the next page). `user` is an actor name ("alice", "os:root")."""
+    rows = AuditEntry.objects.select_related("bulk").order_by("-id")
+    if user:
+        rows = rows.filter(actor=user)
+    if action:
+        rows = rows.filter(action=action)
+    if since is not None:
+        rows = rows.filter(at__gte=since)
+    if until is not None:
+        rows = rows.filter(at__lt=until)
+    if before_id is not None:
+        rows = rows.filter(id__lt=before_id)
+    return list(rows[: max(1, min(limit, 1000))])

@@ -1,0 +1,20 @@
+"""What the service layer raises; the engine's RedisUnavailable passes through as it is."""
+
+from __future__ import annotations
+
+
+class OpsError(Exception):
+    """Root of the service layer's refusals; the message is for the operator."""
+
+
+class Refused(OpsError, PermissionError):
+    """The actor lacks the action's permission. The refusal was audited."""
+
+
+class StaleState(OpsError):
+    """What the page showed has changed (a worker beat again, was reclaimed already); nothing
+    was done. The attempt was audited."""
+
+
+class BadInput(OpsError, ValueError):
+    """Unknown queue, malformed or unknown ids, a filter that is not one: nothing was done."""

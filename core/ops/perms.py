@@ -1,0 +1,52 @@
+"""Which permission each operator action needs, and what a user may do.
+
+| codename (app core)  | actions                            | groups          |
+|----------------------|------------------------------------|-----------------|
+| view_console         | read every page                    | viewer operator admin |
+| requeue_deadletter   | requeue                            | operator admin  |
+| cancel_request       | cancel                             | operator admin  |
+| claim_task           | claim, release, reclaim            | operator admin  |
+| delete_deadletter    | delete                             | admin           |
+| pause_queue          | pause, resume                      | admin           |
+
+Granted through groups (migration 0004), never through is_staff or is_superuser alone (a
+superuser has every permission, as Django gives it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# The buttons' keys (what allowed() returns) -> permission.
+PERMISSIONS = {
+    "requeue": "core.requeue_deadletter",
+    "delete": "core.delete_deadletter",
+    "cancel": "core.cancel_request",
+    "claim": "core.claim_task",
+    "pause": "core.pause_queue",
+}
+# Every action -> the key of its permission.
+NEEDS = {
+    "requeue": "requeue", "delete": "delete", "cancel": "cancel", "claim": "claim",
+    "release": "claim", "reclaim": "claim", "pause": "pause", "resume": "pause",
+}
+# The roles' groups, as migration 0004 grants them (codenames of app core).
+GROUPS = {
+    "viewer": ["view_console"],
+    "operator": ["view_console", "requeue_deadletter", "cancel_request", "claim_task"],
+    "admin": ["view_console", "requeue_deadletter", "cancel_request", "claim_task",
+              "delete_deadletter", "pause_queue", "view_request", "view_deadletter",
+              "view_auditentry", "view_bulkaction"],
+}
+
+
+def allowed(user: Any) -> dict[str, bool]:
+    """Which action buttons `user` may see, keyed requeue, delete, cancel, claim, pause."""
+    if user is None or not getattr(user, "is_authenticated", False) or not user.is_active:
+        return dict.fromkeys(PERMISSIONS, False)
+    return {key: bool(user.has_perm(perm)) for key, perm in PERMISSIONS.items()}
+
+
+def permission_for(action: str) -> str:
+    """The permission (app_label.codename) that `action` needs."""
+    return PERMISSIONS[NEEDS[action]]
