@@ -27,6 +27,9 @@
 --   <p>:{Q}:delayed:<prio>       zset   the delayed tasks of one priority "<rid>/<task>" -> due
 --                                       (KEYS[3] holds them all; these order promotion)
 --   <p>:{Q}:dprio                zset   priorities that have delayed tasks -> 99 - prio
+--   <p>:{Q}:paused               string when the queue was paused (pause.lua); while it is
+--                                       there nothing is leased (take_ready()), handed
+--                                       (dispatch_idle()) or woken for (wake())
 --
 -- Pseudo-consumers of a request's group hold the parked entries of its PEL:
 --   "~waiting" (back to waiting after a lease expired, a release or a requeue),
@@ -41,7 +44,8 @@ local EVENTS_MAXLEN = '1000000'
 
 -- The state of one call, set by begin().
 local K_READY, K_LEASES, K_DELAYED, K_DEAD, K_EVENTS, K_WAKE, K_SEQ, K_STATS
-local PREFIX, K_IDLE, K_DPRIO
+local PREFIX, K_IDLE, K_DPRIO, K_PAUSED
+local PAUSED  -- is_paused(): nil until asked in this call
 local NOW, NOW_TEXT  -- set by now_ms(), which every operation calls next
 local DISPATCH  -- see sync_ready()
 local READY_HELD  -- true: `ready` is known to hold a slot (saves dispatch_idle() asking)
@@ -62,10 +66,12 @@ local function begin(keys)
     PREFIX = string.sub(K_READY, 1, #K_READY - #'ready')
     K_IDLE = PREFIX .. 'idle'
     K_DPRIO = PREFIX .. 'dprio'
+    K_PAUSED = PREFIX .. 'paused'
   end
   K_LEASES, K_DELAYED, K_DEAD = keys[2], keys[3], keys[4]
   K_EVENTS, K_WAKE, K_SEQ, K_STATS = keys[5], keys[6], keys[7], keys[8]
   NOW, NOW_TEXT, DISPATCH, PROMOTED, FLOOR, READY_HELD = 0, nil, false, false, -1, false
+  PAUSED = nil
   -- finish() leaves these empty; a call that failed part-way may not have: start clean.
   if not REQS or next(REQS) then REQS = {} end
   if not EXPIRY or next(EXPIRY) then EXPIRY = {} end
@@ -116,7 +122,8 @@ local PROMOTE_MAX = 100  -- due retries promoted per priority level by one call
 -- The request fields every operation reads (load_req()), and those only a few read (add, seal:
 -- total; fail, reap: max_attempts and the backoff), which are read when first used.
 local FIELDS = {'state', 'tenant', 'handler', 'priority', 'concurrency', 'waiting', 'retry',
-                'leased', 'delayed', 'done', 'dead', 'cancelled', 'lease_ms', 'retention_ms'}
+                'leased', 'delayed', 'done', 'dead', 'cancelled', 'lease_ms', 'retention_ms',
+                'discarded'}
 local RARE = {'total', 'max_attempts', 'backoff_ms', 'backoff_max_ms'}
 
 local is_eligible
@@ -147,6 +154,7 @@ local function load_req(rid)
        leased = tonumber(v[8]) or 0, delayed = tonumber(v[9]) or 0, done = tonumber(v[10]) or 0,
        dead = tonumber(v[11]) or 0, cancelled = tonumber(v[12]) or 0,
        lease_ms = tonumber(v[13]), retention_ms = tonumber(v[14]), retention_text = v[14],
+       discarded = tonumber(v[15]) or 0,
        _elig = false, _state0 = v[1], _dirty = false, _moved = false}
   setmetatable(h, REQ_META)
   h._elig = is_eligible(h)
@@ -190,8 +198,15 @@ local function event(kind, rid, ...)
   redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_MAXLEN, '*', 'type', kind, 'request', rid, ...)
 end
 
+-- Whether an operator paused the queue (pause.lua): asked once per call, and only where work
+-- would be handed out, so that a submit or an ack pays nothing for it.
+local function is_paused()
+  if PAUSED == nil then PAUSED = redis.call('EXISTS', K_PAUSED) == 1 end
+  return PAUSED
+end
+
 local function wake()
-  if redis.call('LLEN', K_WAKE) == 0 then redis.call('RPUSH', K_WAKE, '1') end
+  if redis.call('LLEN', K_WAKE) == 0 and not is_paused() then redis.call('RPUSH', K_WAKE, '1') end
 end
 
 local function slot_of(h) return text(h.priority) .. ':' .. h.tenant end
@@ -387,6 +402,7 @@ local promote_due  -- defined at the end (it needs to_waiting); take_ready() cal
 local function take_ready(consumer, want, lease_override, out)
   local floor = promote_due()
   READY_HELD = false  -- slots may leave `ready` here
+  if want > 0 and is_paused() then return 0 end
   local got = 0
   while got < want do
     local top = redis.call('ZRANGE', K_READY, '0', '1')
@@ -455,6 +471,10 @@ local function dispatch_idle()
     local top = redis.call('ZPOPMAX', K_IDLE)
     if #top == 0 then break end
     if tonumber(top[2]) >= NOW - HANDOFF_FRESH_MS then
+      if is_paused() then  -- it stays idle, and is handed work when the queue resumes
+        redis.call('ZADD', K_IDLE, top[2], top[1])
+        break
+      end
       local consumer, lease_ms = string.match(top[1], '^(.+)|(%d+)$')
       local out = {}
       if take_ready(consumer, 1, tonumber(lease_ms), out) > 0 then
@@ -484,7 +504,7 @@ local function maybe_complete(h, now)
   if not completes(h) then return nil end
   local final = 'done'
   if h.state == 'cancelling' then final = 'cancelled'
-  elseif h.dead > 0 then final = 'failed' end
+  elseif h.dead > 0 or h.discarded > 0 then final = 'failed' end
   set_state(h, final, now)
   set_field(h, 'finished_ms', now)
   sync_ready(h)

@@ -35,8 +35,7 @@ for i = 2, #ARGV do
         redis.call('HDEL', deadmap_key(rid), tid)
         redis.call('HDEL', rel_key(rid), tid)
         add(h, 'dead', -1)
-        -- Not in the table load_req() keeps (no other operation needs it): written here.
-        redis.call('HINCRBY', req_key(rid), 'discarded', 1)
+        add(h, 'discarded', 1)
         ok = true
       end
     elseif rid then

@@ -1,0 +1,179 @@
+"""The engine's operator actions of issue 8: pause/resume, claim and release checked against
+what a page showed, requeue and delete of letters still dead only, reclaim of a dead worker."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import redis
+
+from core.queue import NotLeased, Queue, StateChanged, UnknownWorker, introspect
+from tests.conftest import FakeClock
+
+
+def events_of(redis_client: redis.Redis, queue: Queue, kind: str) -> list[dict[str, str]]:
+    return [f for _, f in redis_client.xrange(queue.keys.events) if f["type"] == kind]
+
+
+def kill_one(queue: Queue, rid: str, clock: FakeClock) -> str:
+    """One task of `rid` dead-lettered (retry refused); returns its dead-letter id."""
+    [lease] = queue.dequeue("w", 1)
+    queue.fail(lease, "ValueError: boom", retry=False)
+    letters = [d for d in introspect.dead_letters(queue, count=1000) if d.request_id == rid]
+    return letters[0].id
+
+
+# -- pause / resume ----------------------------------------------------------------------
+
+
+def test_a_paused_queue_leases_nothing_and_running_tasks_finish(
+    queue: Queue, redis_client: redis.Redis
+) -> None:
+    queue.submit([1, 2, 3], request_id="r", handler="h")
+    [running] = queue.dequeue("w", 1)
+    assert queue.pause(by="alice") is True
+    assert queue.pause() is False  # a second click: nothing more
+    assert queue.paused() and introspect.stats(queue).paused
+    assert queue.dequeue("w", 5) == []
+    queue.ack(running)  # the running task finishes as usual
+    queue.submit([4], request_id="r2", handler="h")  # producers may still submit
+    assert queue.dequeue("w", 5) == []
+    assert introspect.stats(queue).waiting == 3
+    assert queue.resume(by="alice") is True
+    assert queue.resume() is False
+    assert not introspect.stats(queue).paused
+    assert len(queue.dequeue("w", 5)) == 3
+    assert [f["by"] for f in events_of(redis_client, queue, "paused")] == ["alice"]
+    assert len(events_of(redis_client, queue, "resumed")) == 1
+
+
+def test_no_idle_worker_is_handed_work_while_paused_and_resume_hands_it(
+    queue: Queue, redis_client: redis.Redis
+) -> None:
+    assert queue.ack_and_dequeue("w", 1, idle_handoff=True, lease_ms=5000)[1] == []
+    queue.pause()
+    queue.submit([1], request_id="r", handler="h")
+    assert redis_client.llen(queue.keys.handoff("w")) == 0
+    assert redis_client.llen(queue.keys.wake) == 0  # no worker woken for nothing
+    queue.resume()
+    handed = queue.leave_idle("w", 5000)
+    assert [lease.request_id for lease in handed] == ["r"]
+
+
+# -- claim / release against what the page showed -----------------------------------------
+
+
+def test_claim_refuses_another_holder_and_a_fresh_delivery(queue: Queue) -> None:
+    queue.submit([1], request_id="r", handler="h")
+    [lease] = queue.dequeue("w1", 1)
+    [entry] = introspect.pending(queue, "r")
+    with pytest.raises(StateChanged):  # the page showed another holder
+        queue.claim("r", entry.task_id, "w3", expect_consumer="w2")
+    time.sleep(0.02)
+    queue.claim("r", entry.task_id, "w2", expect_consumer="w1", min_idle_ms=10)
+    # The page still shows w1 (a double click): refused, nothing moves.
+    with pytest.raises(StateChanged):
+        queue.claim("r", entry.task_id, "w3", expect_consumer="w1", min_idle_ms=10)
+    # Right holder, but delivered again since the page was drawn: idle is less than shown.
+    with pytest.raises(StateChanged):
+        queue.release_task("r", entry.task_id, expect_consumer="w2", min_idle_ms=60_000)
+    [now] = introspect.pending(queue, "r")
+    assert now.consumer == "w2" and now.deliveries == 2
+    assert queue.release_task("r", entry.task_id, expect_consumer="w2") == "w2"
+    with pytest.raises(NotLeased):
+        queue.release_task("r", entry.task_id, expect_consumer="w2")
+    assert isinstance(NotLeased("x"), StateChanged)
+    [again] = queue.dequeue("w4", 1)
+    assert again.attempt == 1  # neither claim nor release spent an attempt
+    with pytest.raises(Exception):  # noqa: B017 - the old lease is void
+        queue.ack(lease)
+
+
+# -- requeue / delete of letters still dead ------------------------------------------------
+
+
+def test_requeue_and_delete_act_only_on_letters_still_dead(
+    queue: Queue, clock: FakeClock, redis_client: redis.Redis
+) -> None:
+    queue.submit([1, 2, 3], request_id="r", handler="h", concurrency=1)
+    a = kill_one(queue, "r", clock)
+    b = kill_one(queue, "r", clock)
+    assert queue.requeue([a]) == (1, 0)
+    assert queue.requeue([a]) == (0, 1)  # a double click: skipped, not requeued twice
+    assert queue.delete_dead([a, b]) == (1, 1)  # a is no longer dead
+    assert queue.delete_dead([b]) == (0, 1)
+    info = introspect.request(queue, "r")
+    assert info is not None and (info.dead, info.discarded) == (0, 1)
+    assert [f["count"] for f in events_of(redis_client, queue, "discarded")] == ["1"]
+    assert introspect.stats(queue).dead == 0
+    assert redis_client.hget(queue.keys.stats, "discarded") == "1"
+    # The rest of the request runs on; it completes as failed: a task of it was discarded.
+    for _ in range(2):
+        [lease] = queue.dequeue("w", 1)
+        queue.ack(lease)
+    assert queue.state("r") == "failed"
+
+
+def test_delete_of_a_letter_whose_request_expired_removes_it(
+    queue: Queue, clock: FakeClock, redis_client: redis.Redis
+) -> None:
+    queue.submit([1], request_id="r", handler="h")
+    d = kill_one(queue, "r", clock)
+    redis_client.delete(queue.keys.request("r"))  # its retention is over
+    assert queue.delete_dead([d]) == (1, 0)
+    assert redis_client.xlen(queue.keys.dead) == 0
+
+
+def test_requeue_and_delete_go_by_chunks(queue: Queue, clock: FakeClock) -> None:
+    queue.submit(list(range(1200)), request_id="r", handler="h", concurrency=2000,
+                 max_attempts=1)
+    leases = queue.dequeue("w", 1000) + queue.dequeue("w", 1000)
+    for lease in leases:
+        queue.fail(lease, "E: x", retry=False)
+    ids = [d.id for d in introspect.dead_letters(queue, count=1000)]
+    ids += [d.id for d in introspect.dead_letters(queue, before=ids[-1], count=1000)]
+    assert len(ids) == 1200
+    assert queue.requeue([*ids[:1100], "1-1"]) == (1100, 1)
+    assert queue.delete_dead(ids) == (100, 1100)
+
+
+# -- reclaim a dead worker -----------------------------------------------------------------
+
+
+def test_reclaim_refuses_a_live_worker_and_takes_back_a_dead_ones_leases(
+    queue: Queue, clock: FakeClock, redis_client: redis.Redis
+) -> None:
+    queue.submit([1, 2, 3], request_id="r", handler="h")
+    mine = queue.ack_and_dequeue("dead-w", 2, lease_ms=2000)[1]
+    [other] = queue.ack_and_dequeue("live-w", 1, lease_ms=2000)[1]
+    tasks = [{"queue": "q", "request": "r", "task": lease.task_id} for lease in mine]
+    queue.heartbeat("dead-w", {"dead_after_ms": 2000, "tasks": tasks}, mine, lease_ms=2000)
+    with pytest.raises(StateChanged):
+        queue.reclaim_worker("dead-w")  # beat just now
+    with pytest.raises(UnknownWorker):
+        queue.reclaim_worker("nobody")
+    clock.advance(2500)
+    queue.heartbeat("live-w", {"dead_after_ms": 2000}, [other], lease_ms=2000)
+    with pytest.raises(StateChanged):
+        queue.reclaim_worker("live-w")
+    assert queue.reclaim_worker("dead-w") == (2, 0)
+    assert redis_client.zscore(queue.keys.workers, "dead-w") is None
+    assert not redis_client.exists(queue.keys.worker("dead-w"))
+    again = queue.dequeue("w", 5)
+    assert sorted(lease.attempt for lease in again) == [1, 1]  # no attempt spent
+    assert queue.extend([other]) == [1]  # the live worker's lease untouched
+    released = events_of(redis_client, queue, "released")
+    assert {f["worker"] for f in released} == {"dead-w"} and len(released) == 2
+    assert [f["worker"] for f in events_of(redis_client, queue, "reclaimed")] == ["dead-w"]
+
+
+def test_reclaim_finds_expired_leases_its_heartbeat_did_not_list(
+    queue: Queue, clock: FakeClock
+) -> None:
+    queue.submit(list(range(5)), request_id="r", handler="h", concurrency=10)
+    queue.ack_and_dequeue("dead-w", 5, lease_ms=1000)
+    queue.heartbeat("dead-w", {"dead_after_ms": 1000, "tasks": []}, [], lease_ms=1000)
+    clock.advance(1500)
+    assert queue.reclaim_worker("dead-w") == (5, 0)
+    assert introspect.stats(queue).leased == 0
