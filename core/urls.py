@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from core.views import dead, overview, pending, requests, service, workers
+from core.views import actions, audit, bulk, dead, overview, pending, requests, service, workers
 
 app_name = "core"
 
@@ -13,6 +13,12 @@ urlpatterns = [
     path("dead/", dead.groups, name="dead"),
     path("dead/<str:queue_name>/<str:fingerprint>/", dead.group, name="dead_group"),
     path("workers/", workers.worker_list, name="workers"),
+    path("audit/", audit.audit_log, name="audit"),
+    path("actions/preview/", bulk.preview, name="bulk_preview"),
+    path("actions/bulk/<int:bulk_id>/", bulk.show, name="bulk"),
+    path("actions/bulk/<int:bulk_id>/confirm/", bulk.confirm, name="bulk_confirm"),
+    path("actions/bulk/<int:bulk_id>/stop/", bulk.stop, name="bulk_stop"),
+    path("actions/<slug:name>/", actions.act, name="act"),
     path("healthz", service.healthz, name="healthz"),
     path("metrics", service.metrics, name="metrics"),
     path("login/", auth_views.LoginView.as_view(template_name="core/login.html",

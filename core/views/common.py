@@ -3,6 +3,7 @@ polled fragment."""
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Callable
 from functools import wraps
@@ -15,6 +16,7 @@ from django.views.decorators.http import require_safe
 
 from core.console.aggregates import summary
 from core.console.queues import queue_names
+from core.ops.perms import allowed
 from core.queue import Queue
 
 P = ParamSpec("P")
@@ -50,6 +52,8 @@ def page(
     """The whole page, or its `live` partial for a poll. `live=False` renders the fragment
     without its polling trigger and answers 286, so htmx stops polling (a finished request)."""
     ctx = {
+        "can": allowed(request.user),  # which action buttons this user sees
+        "nonce": nonce(),  # one per rendering of the action forms: a resubmission is seen
         "queue": queue.name,
         "queues": queue_names(),
         "summary": summary(queue),
@@ -62,3 +66,8 @@ def page(
     if polled(request):
         return render(request, f"{template}#live", ctx, status=status if live else 286)
     return render(request, template, ctx, status=status)
+
+
+def nonce() -> str:
+    """A fresh nonce for one rendering of a page's action forms (see views.actions)."""
+    return secrets.token_urlsafe(12)

@@ -46,7 +46,10 @@ def pending_list(request: HttpRequest) -> HttpResponse:
     after = lease_cursor(request)
     now, entries, nxt = _entries(queue, after)
     context = {"entries": entries, "paged": Paged(entries, nxt, after is None), "lease_now": now,
-               "overdue": sum(1 for e in entries if e.overdue)}
+               "overdue": sum(1 for e in entries if e.overdue),
+               # the datalist of the claim's target: consumers on this page that beat lately
+               "alive_consumers": sorted({e.consumer for e in entries
+                                          if e.consumer_state == "alive"})}
     return page(request, "core/pending.html", queue, context, nav="pending")
 
 

@@ -167,6 +167,8 @@ def request_detail(request: HttpRequest, queue_name: str, request_id: str) -> Ht
         "preview": preview, "letters": letters, "timeline": _timeline(queue, row, db),
         "next_after": next_after, "first_page": after is None,
         "lease_now_ms": queue.now_ms() if pending else 0,
+        # Leased to a worker (not parked): what release and claim can act on.
+        "claimable": any(not p.consumer.startswith("~") for p in pending),
     }
     return page(request, "core/request.html", queue, context, nav="requests",
                 live=not row.final)

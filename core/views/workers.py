@@ -4,7 +4,7 @@ are up for reaping; or its registry entry expired)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
@@ -45,6 +45,7 @@ class Worker:
     version: str
     stopping: bool
     tasks: list[Task]
+    held_here: int = 0  # its tasks of the page's queue: what "release its tasks" acts on
 
     @classmethod
     def of(cls, w: WorkerInfo, now_ms: int) -> Worker:
@@ -91,6 +92,8 @@ def worker_list(request: HttpRequest) -> HttpResponse:
     got = introspect.workers(queue, after=after, limit=50)
     now = queue.now_ms()
     workers = [Worker.of(w, now) for w in got.items]
+    workers = [replace(w, held_here=sum(1 for t in w.tasks if t.queue == queue.name))
+               for w in workers]
     context = {
         "workers": workers,
         "paged": Paged(workers, str(got.cursor) if got.cursor else None, after is None),

@@ -2,7 +2,12 @@
 // without it; with it, htmx polls each page's live fragment, and this file
 //  - pauses that polling while the tab is hidden or the Live toggle is off (kept per browser),
 //  - refreshes at once when the tab comes back or Live is switched on,
-//  - shows a banner while polls fail (Redis down: the server answers 503) and hides it after.
+//  - shows a banner while polls fail (Redis down: the server answers 503) and hides it after,
+//  - in the action forms: "select all", the count of selected rows, action buttons enabled
+//    only with a selection, and the Confirm of a bulk action enabled once the count is typed.
+// Polling skips a live fragment while its form holds something of the operator's (a row
+// selected, a worker name typed): the swap would throw the selection away. It resumes once
+// the selection is cleared (or the action is done: the page reloads after it).
 (function () {
   "use strict";
   var KEY = "queueadmin-live";
@@ -44,11 +49,64 @@
     if (!document.hidden) { refresh(); }
   });
 
+  function holding(el) {
+    if (el.querySelector("input[data-select]:checked")) { return true; }
+    var held = el.querySelectorAll("[data-hold]");
+    for (var i = 0; i < held.length; i++) {
+      if (held[i].value || held[i] === document.activeElement) { return true; }
+    }
+    return false;
+  }
+
   document.addEventListener("htmx:beforeRequest", function (event) {
     var elt = event.detail.elt;
-    if (elt && elt.hasAttribute && elt.hasAttribute("data-live") && (document.hidden || !liveOn())) {
-      event.preventDefault();  // a poll while nobody looks: skip it
+    if (elt && elt.hasAttribute && elt.hasAttribute("data-live") &&
+        (document.hidden || !liveOn() || holding(elt))) {
+      event.preventDefault();  // nobody looks, or the operator is choosing rows: skip it
     }
+  });
+
+  function syncSelection(form) {
+    var boxes = form.querySelectorAll("input[data-select]");
+    var n = 0;
+    boxes.forEach(function (b) { if (b.checked) { n++; } });
+    form.querySelectorAll("[data-needs-selection]").forEach(function (btn) { btn.disabled = n === 0; });
+    form.querySelectorAll("[data-select-all]").forEach(function (all) {
+      all.checked = n > 0 && n === boxes.length;
+      all.indeterminate = n > 0 && n < boxes.length;
+      all.disabled = boxes.length === 0;
+    });
+    form.querySelectorAll("[data-selected-count]").forEach(function (el) {
+      el.textContent = n ? n + " selected" : "";
+      el.classList.toggle("paused", n > 0);
+    });
+  }
+
+  function syncTyped(input) {
+    var form = input.form;
+    var ok = input.value.replace(/[\s,._']/g, "") === input.getAttribute("data-typed-count").replace(/[\s,._']/g, "");
+    form.querySelectorAll("[data-confirm-button]").forEach(function (btn) { btn.disabled = !ok; });
+  }
+
+  function syncForms(root) {
+    (root || document).querySelectorAll("form").forEach(function (form) {
+      if (form.querySelector("input[data-select]")) { syncSelection(form); }
+    });
+    (root || document).querySelectorAll("input[data-typed-count]").forEach(syncTyped);
+  }
+
+  document.addEventListener("change", function (event) {
+    var box = event.target;
+    if (!box || !box.matches || !box.form) { return; }
+    if (box.matches("[data-select-all]")) {
+      box.form.querySelectorAll("input[data-select]").forEach(function (b) { b.checked = box.checked; });
+    }
+    if (box.matches("[data-select-all], input[data-select]")) { syncSelection(box.form); }
+  });
+
+  document.addEventListener("input", function (event) {
+    var el = event.target;
+    if (el && el.matches && el.matches("input[data-typed-count]")) { syncTyped(el); }
   });
 
   document.addEventListener("htmx:afterRequest", function (event) {
@@ -57,6 +115,6 @@
   document.addEventListener("htmx:responseError", function () { banner(true); });
   document.addEventListener("htmx:sendError", function () { banner(true); });
 
-  document.addEventListener("htmx:load", syncToggles);
-  document.addEventListener("DOMContentLoaded", syncToggles);
+  document.addEventListener("htmx:load", function (event) { syncToggles(); syncForms(event.target); });
+  document.addEventListener("DOMContentLoaded", function () { syncToggles(); syncForms(); });
 })();

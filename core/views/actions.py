@@ -1,0 +1,203 @@
+"""The operator actions of the console's pages: each a POST with CSRF to /actions/<name>/,
+handed to the service layer (core.ops.actions), which checks the permission, acts through the
+engine's state-checked Lua and writes the audit entry. The page then goes back where it came
+from with the result as a message (a plain form POST and a redirect: no JavaScript needed).
+
+- A refusal of the service layer (no permission) is a 403 page; bad input a 400 page.
+- Delete and cancel cannot be undone: their first POST shows a confirmation with the exact
+  count, the second acts.
+- Every form carries a nonce: a second POST of the same form (a double click that reached the
+  server after the first finished, a reload of the result) says "already done" instead of
+  acting again. Two POSTs at the same instant both reach the engine, which acts once (it
+  checks each target's state) and the second says what it skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from core.console import forms
+from core.console.errors import error_page
+from core.console.params import BadParam
+from core.console.queues import queue_from
+from core.ops import actions
+from core.ops.errors import BadInput, Refused, StaleState
+from core.ops.perms import allowed
+from core.queue import Queue
+
+from .common import PERMISSION
+
+DONE_KEY = "qa_done"  # session: nonce -> the message of what that form did
+DONE_KEPT = 30
+
+
+# Why targets were skipped, per action: the engine acts only on what is still as the page
+# showed it, so a skip means someone (or something) got there first.
+SKIPPED = {
+    "requeue": "{n} no longer dead: someone else acted first, or the page was out of date",
+    "delete": "{n} no longer dead: someone else acted first, or the page was out of date",
+    "cancel": "{n} had already finished or been cancelled",
+    "claim": "{n} no longer held by the consumer shown (finished, renewed or moved meanwhile)",
+    "release": "{n} no longer held by the consumer shown (finished, renewed or moved meanwhile)",
+    "reclaim": "{n} no longer held by the worker",
+}
+
+
+def explain(result: Any) -> str:
+    """The service layer's message, and why anything was skipped."""
+    text = str(result.message)
+    skipped = int(result.skipped)
+    why = SKIPPED.get(str(result.action))
+    if skipped and why:
+        verb = "was" if skipped == 1 else "were"
+        text += f". {why.format(n=f'{skipped:,} {verb}')}."
+    return text
+
+
+@dataclass(frozen=True)
+class Spec:
+    run: Callable[[Any, Queue, HttpRequest], Any]
+    perm: str  # the key of core.ops.perms.allowed() that shows its button
+    # The question asked before acting: (question, button, targets), or None to act at once.
+    confirm: Callable[[HttpRequest], tuple[str, str, list[str]]] | None = None
+    back: str = "core:overview"
+
+
+def _requeue(actor: Any, q: Queue, request: HttpRequest) -> Any:
+    return actions.requeue_dead(actor, q.name, forms.dead_ids(request.POST))
+
+
+def _delete(actor: Any, q: Queue, request: HttpRequest) -> Any:
+    return actions.delete_dead(actor, q.name, forms.dead_ids(request.POST))
+
+
+def _requeue_request(actor: Any, q: Queue, request: HttpRequest) -> Any:
+    return actions.requeue_request(actor, q.name, forms.request_id(request.POST.get("request", "")))
+
+
+def _cancel(actor: Any, q: Queue, request: HttpRequest) -> Any:
+    return actions.cancel(actor, q.name, forms.request_ids(request.POST))
+
+
+def _refs(entries: list[forms.Entry]) -> list[Any]:
+    from core.ops.actions import PendingRef
+
+    return [PendingRef(e.request_id, e.task_id, e.consumer, e.idle_ms) for e in entries]
+
+
+def _release(actor: Any, q: Queue, request: HttpRequest) -> Any:
+    return actions.release(actor, q.name, _refs(forms.entries(request.POST)))
+
+
+def _claim(actor: Any, q: Queue, request: HttpRequest) -> Any:
+    entries = forms.entries(request.POST)
+    return actions.claim(actor, q.name, _refs(entries), forms.consumer(request.POST))
+
+
+def _release_worker(actor: Any, q: Queue, request: HttpRequest) -> Any:
+    name = forms.worker(request.POST)
+    return actions.release(actor, q.name, _refs(forms.held(request.POST, name)))
+
+
+def _reclaim(actor: Any, q: Queue, request: HttpRequest) -> Any:
+    return actions.reclaim_worker(actor, q.name, forms.worker(request.POST))
+
+
+def _pause(actor: Any, q: Queue, request: HttpRequest) -> Any:
+    return actions.pause(actor, q.name)
+
+
+def _resume(actor: Any, q: Queue, request: HttpRequest) -> Any:
+    return actions.resume(actor, q.name)
+
+
+def _confirm_delete(request: HttpRequest) -> tuple[str, str, list[str]]:
+    ids = forms.dead_ids(request.POST)
+    what = f"{len(ids):,} dead letter{'s' if len(ids) != 1 else ''}"
+    return (f"Delete {what}? They leave the dead letters for good and count in their requests "
+            "as discarded.", f"Delete {what}", ids)
+
+
+def _confirm_cancel(request: HttpRequest) -> tuple[str, str, list[str]]:
+    ids = forms.request_ids(request.POST)
+    what = f"{len(ids):,} request{'s' if len(ids) != 1 else ''}"
+    return (f"Cancel {what}? No more of their tasks will be delivered, and running ones are "
+            "told to stop. This cannot be undone.", f"Cancel {what}", ids)
+
+
+SPECS: dict[str, Spec] = {
+    "requeue": Spec(_requeue, "requeue", back="core:dead"),
+    "delete": Spec(_delete, "delete", _confirm_delete, back="core:dead"),
+    "requeue-request": Spec(_requeue_request, "requeue", back="core:requests"),
+    "cancel": Spec(_cancel, "cancel", _confirm_cancel, back="core:requests"),
+    "release": Spec(_release, "claim", back="core:pending"),
+    "claim": Spec(_claim, "claim", back="core:pending"),
+    "release-worker": Spec(_release_worker, "claim", back="core:workers"),
+    "reclaim": Spec(_reclaim, "claim", back="core:workers"),
+    "pause": Spec(_pause, "pause"),
+    "resume": Spec(_resume, "pause"),
+}
+
+
+def refused(request: HttpRequest, exc: Exception) -> HttpResponse:
+    return error_page(request, 403, "Not allowed",
+                      str(exc) or "Your account may not do this. The refusal was recorded.")
+
+
+@require_POST
+def act(request: HttpRequest, name: str) -> HttpResponse:
+    spec = SPECS.get(name)
+    if spec is None:
+        return error_page(request, 404, "Not found", f"There is no action {name!r}.")
+    if not request.user.has_perm(PERMISSION):
+        return refused(request, PermissionError(""))
+    try:
+        queue = queue_from(request, request.POST.get("queue") or None)
+        back = forms.next_url(request, f"{reverse(spec.back)}?queue={queue.name}")
+        done: dict[str, str] = request.session.get(DONE_KEY, {})
+        key = request.POST.get("nonce", "")
+        if key and key in done:
+            messages.info(request, f"Already done, nothing done again: {done[key]}")
+            return HttpResponseRedirect(back)
+        # Ask first, unless the service layer is about to refuse (and audit the refusal).
+        if (spec.confirm is not None and request.POST.get("confirmed") != "1"
+                and allowed(request.user).get(spec.perm)):
+            question, button, items = spec.confirm(request)
+            return _confirmation(request, name, queue, (question, button), items, back)
+        result = spec.run(request.user, queue, request)
+    except (BadInput, BadParam) as exc:
+        return error_page(request, 400, "Bad request", str(exc))
+    except Refused as exc:
+        return refused(request, exc)
+    except StaleState as exc:
+        messages.warning(request, f"Nothing done: {exc}")
+        return HttpResponseRedirect(back)
+    text = explain(result)
+    (messages.warning if result.skipped else messages.success)(request, text)
+    if key:
+        done[key] = text
+        request.session[DONE_KEY] = dict(list(done.items())[-DONE_KEPT:])
+    return HttpResponseRedirect(back)
+
+
+def _confirmation(
+    request: HttpRequest, name: str, queue: Queue, ask: tuple[str, str], items: list[str],
+    back: str,
+) -> HttpResponse:
+    """The page that asks before an action that cannot be undone; its button posts the same
+    fields again, with confirmed=1."""
+    fields = [(k, v) for k in request.POST for v in request.POST.getlist(k)
+              if k not in ("csrfmiddlewaretoken", "confirmed")]
+    return render(request, "core/confirm.html", {
+        "question": ask[0], "button": ask[1], "items": items[:50], "more": max(0, len(items) - 50),
+        "fields": fields, "action_url": reverse("core:act", args=[name]), "back": back,
+        "queue": queue.name, "danger": True,
+    })
