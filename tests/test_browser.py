@@ -8,6 +8,7 @@ go stale after a SIGKILL.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -43,6 +44,7 @@ class Stack:
     process: subprocess.Popen[str]
     port: int
     redis_port: int
+    env: dict[str, str] = field(default_factory=dict)  # what its processes run with
     lines: list[str] = field(default_factory=list)
 
     def url(self, path: str) -> str:
@@ -56,10 +58,10 @@ class Stack:
         return [int(p) for p in re.findall(r"\(pid (\d+)\)", "".join(self.lines))]
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """One `runstack --workers 1` for the module, in a directory of its own, on free ports."""
-    var_dir = tmp_path_factory.mktemp("browser-var")
+@contextlib.contextmanager
+def running_stack(var_dir: Path, extra_env: dict[str, str] | None = None) -> Iterator[Stack]:
+    """`runstack --workers 1` in `var_dir`, on free ports, with `extra_env` (e.g. the
+    handler modules its workers import), until the block ends."""
     env = {
         k: v for k, v in os.environ.items()
         if k not in ("REDIS_URL", "DATABASE_URL", "SECRET_KEY", "QUEUE_PREFIX")
@@ -68,13 +70,13 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     env |= {
         "PORT": str(port), "HOST": "127.0.0.1", "QA_VAR_DIR": str(var_dir),
         "QA_REDIS_PORT": str(redis_port), "QA_ADMIN_PASSWORD": PASSWORD,
-        "PYTHONUNBUFFERED": "1",
+        "PYTHONUNBUFFERED": "1", **(extra_env or {}),
     }
     process = subprocess.Popen(
         [sys.executable, "manage.py", "runstack", "--workers", "1"], cwd=ROOT, env=env,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
     )
-    running = Stack(process, port, redis_port)
+    running = Stack(process, port, redis_port, env)
 
     def read() -> None:
         assert process.stdout is not None
@@ -82,20 +84,29 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             running.lines.append(line)
 
     threading.Thread(target=read, daemon=True).start()
-    deadline = time.monotonic() + 90
-    while not any("queueadmin is up" in line for line in running.lines):
-        assert process.poll() is None, "".join(running.lines)
-        assert time.monotonic() < deadline, "".join(running.lines)
-        time.sleep(0.1)
-    yield running
-    process.send_signal(signal.SIGTERM)
     try:
-        process.wait(30)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-    for pid in running.pids():  # children run in sessions of their own
-        if pid_alive(pid):
-            os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 90
+        while not any("queueadmin is up" in line for line in running.lines):
+            assert process.poll() is None, "".join(running.lines)
+            assert time.monotonic() < deadline, "".join(running.lines)
+            time.sleep(0.1)
+        yield running
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+        for pid in running.pids():  # children run in sessions of their own
+            if pid_alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """One `runstack --workers 1` for the module, in a directory of its own, on free ports."""
+    with running_stack(tmp_path_factory.mktemp("browser-var")) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")

@@ -25,6 +25,7 @@ from core.console import forms
 from core.console.errors import error_page
 from core.console.params import BadParam
 from core.console.queues import queue_from
+from core.models import DeadLetter
 from core.ops import bulk
 from core.ops.errors import BadInput, Refused
 
@@ -72,8 +73,11 @@ def show(request: HttpRequest, bulk_id: int) -> HttpResponse:
 
 def _render(request: HttpRequest, b: Any, *, error: str = "", status: int = 200) -> HttpResponse:
     queue = queue_from(request, b.queue)
+    fingerprint = (b.filters or {}).get("fingerprint") if isinstance(b.filters, dict) else None
+    group = DeadLetter.objects.filter(queue=b.queue, fingerprint=fingerprint).order_by(
+        "-dead_at").first() if fingerprint else None  # the hash says nothing: show the error
     context = {
-        "bulk": b, "error": error, "finished": b.status in FINISHED,
+        "bulk": b, "error": error, "group": group, "finished": b.status in FINISHED,
         "is_preview": b.status == "previewed", "rate_allowed": b.action == "requeue",
         "poll_s": PROGRESS_POLL_S,
         "sample_columns": list(b.sample[0].keys()) if b.sample else [],
