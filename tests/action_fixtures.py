@@ -11,28 +11,18 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Group, Permission, User
+from django.contrib.auth.models import Group, User
 from django.test import Client
 
 from core.models import DeadLetter
 from core.queue import Queue
 from tests.console_fixtures import HOSTILE, console  # noqa: F401
 from tests.mirror_support import mirror
-
-
-def ensure_role_groups() -> None:
-    """The viewer, operator and admin groups with their permissions, as the migrations make
-    them (a transactional test elsewhere may have flushed those rows)."""
-    from core.ops.perms import GROUPS
-
-    for name, codenames in GROUPS.items():
-        group = Group.objects.get_or_create(name=name)[0]
-        group.permissions.set(Permission.objects.filter(content_type__app_label="core",
-                                                        codename__in=codenames))
+from tests.ops_support import ensure_roles
 
 
 def login(name: str, role: str | None) -> Client:
-    ensure_role_groups()
+    ensure_roles()  # the groups exactly as core.ops.perms.GROUPS (migration 0004) grants
     user = User.objects.create_user(name)
     if role:
         user.groups.add(Group.objects.get(name=role))

@@ -231,3 +231,28 @@ def test_a_pause_shows_on_every_page_and_the_audit_log_has_every_source(
     page.wait_for_url(re.compile(r".*action=pause.*"))
     assert page.locator("tr[id^=audit-]").count() == page.locator(
         "tr[id^=audit-]", has_text="pause").count() >= 1
+
+
+def test_a_selection_survives_the_polling_and_polling_resumes_after(
+    stack: Stack, login: Any
+) -> None:
+    q = queue(stack)
+    first = q.submit([{"seconds": 30}], handler="slow").request_id
+    page = login("otto")
+    page.goto(stack.url("/requests/?queue=default"))
+    box = page.locator(f"tr[data-request='{first}'] input[data-select]")
+    box.wait_for(timeout=30_000)  # the mirror has recorded it; the list polls
+    cancel = page.locator("button", has_text="Cancel selected")
+    assert cancel.is_disabled()
+    box.check()
+    assert cancel.is_enabled()
+    assert page.locator("[data-selected-count]").inner_text() == "1 selected"
+    second = q.submit([{"seconds": 30}], handler="slow").request_id
+    page.wait_for_timeout(7_000)  # two polls' worth, skipped: the selection is still there
+    assert box.is_checked()
+    assert page.locator(f"tr[data-request='{second}']").count() == 0
+    box.uncheck()
+    assert cancel.is_disabled()
+    page.locator(f"tr[data-request='{second}']").wait_for(timeout=15_000)  # polling is back
+    q.cancel(first)
+    q.cancel(second)

@@ -294,3 +294,39 @@ def test_redis_down_is_a_503_banner_and_nothing_done(
     finally:
         settings.REDIS_URL = good
     assert stats(world.q).dead == 3
+
+
+def test_action_pages_escape_what_was_posted_and_keep_the_csp(
+    operator: Client, world: World
+) -> None:
+    hostile_next = '/requests/?x="><script>alert(1)</script>'
+    ask = operator.post("/actions/cancel/", {"queue": "default", "request": [world.running],
+                                             "next": hostile_next})
+    html = ask.content.decode()
+    assert ask.status_code == 200
+    assert "<script>alert" not in html and "&lt;script&gt;" in html
+    assert " style=" not in html and "<style" not in html
+    assert "unsafe-inline" not in ask["Content-Security-Policy"]
+    done = operator.post("/actions/cancel/", {"queue": "default", "request": [world.running],
+                                              "next": hostile_next, "confirmed": "1"})
+    assert done.status_code == 302  # a path of ours: followed, quoted
+    assert done["Location"] == "/requests/?x=%22%3E%3Cscript%3Ealert(1)%3C/script%3E"
+
+
+def test_the_pages_forms_post_only_with_csrf(world: World, db: Any) -> None:
+    from django.contrib.auth.models import User
+
+    from tests.action_fixtures import login
+
+    login("otto2", "operator")
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(User.objects.get(username="otto2"))
+    response = strict.post("/actions/requeue/", {"queue": "default", "dead": world.dead_ids})
+    assert response.status_code == 403
+    assert stats(world.q).dead == 3
+    page = strict.get(f"/dead/default/{world.fingerprint}/").content.decode()
+    token = field(page, "csrfmiddlewaretoken")
+    ok = strict.post("/actions/requeue/", {"queue": "default", "dead": world.dead_ids,
+                                           "csrfmiddlewaretoken": token})
+    assert ok.status_code == 302
+    assert stats(world.q).dead == 0
