@@ -9,7 +9,8 @@ from .errors import InvalidInput
 from .keys import validate_id
 
 TERMINAL_STATES = frozenset({"done", "failed", "cancelled"})
-STATES = ("open", "active", "cancelling", "done", "failed", "cancelled")
+# "held": a follow-up (Producer.submit_after) waiting for its parent request to complete.
+STATES = ("open", "held", "active", "cancelling", "done", "failed", "cancelled")
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +84,8 @@ class RequestInfo:
     updated_ms: int
     finished_ms: int | None
     discarded: int = 0  # dead letters an operator deleted
+    after: str | None = None  # a follow-up's parent request (Producer.submit_after)
+    then: tuple[str, ...] = ()  # the follow-ups held behind this request
 
     @classmethod
     def from_hash(cls, rid: str, h: dict[str, str]) -> RequestInfo:
@@ -109,6 +112,8 @@ class RequestInfo:
             updated_ms=i("updated_ms"),
             finished_ms=int(h["finished_ms"]) if h.get("finished_ms") else None,
             discarded=i("discarded"),
+            after=h.get("after") or None,
+            then=tuple(h.get("then", "").split()),
         )
 
     @property

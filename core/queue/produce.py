@@ -97,6 +97,24 @@ def task_list(tasks: object) -> list[Any] | tuple[Any, ...]:
     return list(tasks)
 
 
+def _options(
+    priority: int, concurrency: int, tenant: str, handler: str, max_attempts: int,
+    lease_ms: int, retention_ms: int, backoff_ms: int, backoff_max_ms: int,
+) -> list[int | str]:
+    """A request's options, checked, in the order submit and submit_after take them."""
+    return [
+        int_in(priority, "priority", 0, 99),
+        int_in(concurrency, "concurrency", 1, DEFAULT_CONCURRENCY),
+        validate_id(tenant, "tenant"),
+        validate_id(handler, "handler"),
+        int_in(max_attempts, "max_attempts", 1, MAX_ATTEMPTS),
+        int_in(lease_ms, "lease_ms", 100, MAX_LEASE_MS),
+        int_in(retention_ms, "retention_ms", 1000, MAX_RETENTION_MS),
+        int_in(backoff_ms, "backoff_ms", 0, MAX_BACKOFF_MS),
+        int_in(backoff_max_ms, "backoff_max_ms", 0, MAX_BACKOFF_MS),
+    ]
+
+
 @dataclasses.dataclass
 class _Offered:
     """What one producer process knows of a queue's announced handlers."""
@@ -167,17 +185,8 @@ class Producer(QueueBase):
         handler when no worker of the queue has announced `handler`.
         """
         rid = validate_id(request_id, "request id") if request_id is not None else new_request_id()
-        meta = [
-            int_in(priority, "priority", 0, 99),
-            int_in(concurrency, "concurrency", 1, DEFAULT_CONCURRENCY),
-            validate_id(tenant, "tenant"),
-            validate_id(handler, "handler"),
-            int_in(max_attempts, "max_attempts", 1, MAX_ATTEMPTS),
-            int_in(lease_ms, "lease_ms", 100, MAX_LEASE_MS),
-            int_in(retention_ms, "retention_ms", 1000, MAX_RETENTION_MS),
-            int_in(backoff_ms, "backoff_ms", 0, MAX_BACKOFF_MS),
-            int_in(backoff_max_ms, "backoff_max_ms", 0, MAX_BACKOFF_MS),
-        ]
+        meta = _options(priority, concurrency, tenant, handler, max_attempts, lease_ms,
+                        retention_ms, backoff_ms, backoff_max_ms)
         if not isinstance(seal, bool):
             raise InvalidInput(f"seal must be True or False, got {seal!r}")
         payloads = self._encode(tasks)
@@ -202,6 +211,51 @@ class Producer(QueueBase):
         self._check_handler(handler)
         registry.seen(self)  # once per process and queue: the console lists every queue
         return Submitted(rid, created, state, total)
+
+    def submit_after(
+        self,
+        parent_id: str,
+        tasks: Iterable[Any],
+        *,
+        handler: str,
+        request_id: str | None = None,
+        priority: int = DEFAULT_PRIORITY,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        tenant: str = "default",
+        max_attempts: int = 3,
+        lease_ms: int = 30_000,
+        retention_ms: int = DAY_MS,
+        backoff_ms: int = 1_000,
+        backoff_max_ms: int = 300_000,
+    ) -> Submitted:
+        """A follow-up of request `parent_id` ("then"): created sealed with its tasks and held
+        (state "held") until the parent completes: done starts it, cancelled cancels it,
+        failed keeps it held (requeuing the parent's dead letters may still finish the
+        parent). Decided at once if the parent has completed already.
+
+        Idempotent on `request_id`, as submit(); UnknownRequest if the parent does not exist.
+        At most SUBMIT_BATCH tasks (one atomic call).
+        """
+        parent = validate_id(parent_id, "parent request id")
+        rid = validate_id(request_id, "request id") if request_id is not None else new_request_id()
+        meta = _options(priority, concurrency, tenant, handler, max_attempts, lease_ms,
+                        retention_ms, backoff_ms, backoff_max_ms)
+        payloads = self._encode(tasks)
+        if not payloads:
+            raise InvalidInput("a follow-up request needs at least one task")
+        if len(payloads) > SUBMIT_BATCH:
+            raise InvalidInput(
+                f"a follow-up request takes at most {SUBMIT_BATCH} tasks, got {len(payloads)}"
+            )
+        reply = self._run(
+            "submit_after",
+            [rid, self._now(), *meta, parent, *payloads],
+            [self.keys.request(rid), self.keys.tasks(rid), self.keys.request(parent)],
+        )
+        check_code(reply, f"submit a follow-up of request {parent!r}")
+        self._check_handler(handler)
+        registry.seen(self)
+        return Submitted(rid, bool(reply[0]), str(reply[1]), int(reply[2]))
 
     def _append_from(self, rid: str, payloads: list[bytes], total: int) -> int:
         while total < len(payloads):

@@ -36,6 +36,7 @@ _NOT_FOUND = "Function not found"
 
 SCRIPT_NAMES = (
     "submit",
+    "submit_after",
     "add",
     "seal",
     "dequeue",

@@ -31,6 +31,11 @@
 --                                       there nothing is leased (take_ready()), handed
 --                                       (dispatch_idle()) or woken for (wake())
 --
+-- Follow-ups ("then", submit_after.lua): a request created with a parent is "held" (its
+-- tasks wait, not eligible) until the parent completes. The parent's hash field "then" lists
+-- them (ids separated by spaces), the follow-up's field "after" names the parent;
+-- maybe_complete() of the parent decides (follow_on()).
+--
 -- Pseudo-consumers of a request's group hold the parked entries of its PEL:
 --   "~waiting" (back to waiting after a lease expired, a release or a requeue),
 --   "~delayed" (retry backoff), "~dead" (dead letter). Real consumers are workers,
@@ -123,7 +128,7 @@ local PROMOTE_MAX = 100  -- due retries promoted per priority level by one call
 -- total; fail, reap: max_attempts and the backoff), which are read when first used.
 local FIELDS = {'state', 'tenant', 'handler', 'priority', 'concurrency', 'waiting', 'retry',
                 'leased', 'delayed', 'done', 'dead', 'cancelled', 'lease_ms', 'retention_ms',
-                'discarded'}
+                'discarded', 'then'}
 local RARE = {'total', 'max_attempts', 'backoff_ms', 'backoff_max_ms'}
 
 local is_eligible
@@ -154,7 +159,7 @@ local function load_req(rid)
        leased = tonumber(v[8]) or 0, delayed = tonumber(v[9]) or 0, done = tonumber(v[10]) or 0,
        dead = tonumber(v[11]) or 0, cancelled = tonumber(v[12]) or 0,
        lease_ms = tonumber(v[13]), retention_ms = tonumber(v[14]), retention_text = v[14],
-       discarded = tonumber(v[15]) or 0,
+       discarded = tonumber(v[15]) or 0, ['then'] = v[16],
        _elig = false, _state0 = v[1], _dirty = false, _moved = false}
   setmetatable(h, REQ_META)
   h._elig = is_eligible(h)
@@ -492,6 +497,8 @@ local function dispatch_idle()
   end
 end
 
+local follow_on  -- defined after maybe_complete(), which calls it
+
 -- Whether the request is finished once its counters say so (maybe_complete() records it).
 local function completes(h)
   return (h.state == 'active' or h.state == 'cancelling')
@@ -531,7 +538,42 @@ local function maybe_complete(h, now)
   event('completed', h.id, 'state', final, 'done', text(h.done), 'dead', text(h.dead),
         'cancelled', text(h.cancelled))
   redis.call('PUBLISH', PREFIX .. 'done:' .. h.id, final)
+  if h['then'] then follow_on(h, final, now) end
   return final
+end
+
+-- A held follow-up is cancelled with its parent: its tasks were never delivered (a held
+-- request is never eligible), so moving the group's cursor past them drops them all.
+local function cancel_held(c, now, parent)
+  redis.call('XGROUP', 'SETID', stream_key(c.id), GROUP, '$')
+  local n = c.waiting
+  bump_waiting_stat(c, -n)
+  add(c, 'waiting', -n)
+  add(c, 'cancelled', n)
+  set_state(c, 'cancelling', now)
+  event('cancelled', c.id, 'dropped', text(n), 'running', '0', 'after', parent)
+  maybe_complete(c, now)
+end
+
+-- The parent h completed as `final`: its held follow-ups start (done) or are cancelled
+-- (cancelled), and so on down a chain. A failed parent leaves them held: requeuing its dead
+-- letters reopens it, and its next completion decides again. Follow-ups no longer held
+-- (cancelled by an operator, or started by an earlier completion) are left alone.
+follow_on = function(h, final, now)
+  if final == 'failed' then return end
+  for cid in string.gmatch(h['then'], '[^ ]+') do
+    local c = load_req(cid)
+    if c and c.state == 'held' then
+      if final == 'done' then
+        set_state(c, 'active', now)
+        event('unheld', cid, 'after', h.id)
+        sync_ready(c)
+        maybe_complete(c, now)
+      else
+        cancel_held(c, now, h.id)
+      end
+    end
+  end
 end
 
 local function split_lease(lease)

@@ -2,6 +2,7 @@
 counted as cancelled; leased ones keep running until their workers see the cancellation
 (extend answers 2) and release, ack or fail them. The request completes as "cancelled" when
 none is leased any more: at once if none is. Cancelling a finished request changes nothing.
+A held follow-up (submit_after.lua) is cancelled as an active request is: it had run nothing.
 
 KEYS[1..8] queue-level keys (see _common.lua)
 KEYS[9]    <p>:{Q}:req:<rid>         request hash
@@ -20,7 +21,9 @@ local rid, now = ARGV[1], now_ms(ARGV[2])
 local sk = KEYS[10]
 local h = load_req(rid)
 if not h then return -2 end
-if h.state ~= 'open' and h.state ~= 'active' then return {h.state, 0, h.leased, 0} end
+if h.state ~= 'open' and h.state ~= 'active' and h.state ~= 'held' then
+  return {h.state, 0, h.leased, 0}
+end
 
 -- Entries never delivered: move the group's cursor past them.
 redis.call('XGROUP', 'SETID', sk, GROUP, '$')

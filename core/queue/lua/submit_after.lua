@@ -1,0 +1,80 @@
+--[[ submit_after: create a request that runs only once another one (its parent) completes
+as done: a "then" between requests, like a BullMQ flow. Sealed with its tasks, it is "held"
+(its tasks wait but are not eligible) until the parent's completion decides, in
+maybe_complete() (follow_on(), _common.lua):
+  done      -> the follow-up becomes active (eligible)
+  cancelled -> the follow-up is cancelled (its tasks counted cancelled)
+  failed    -> it stays held: requeuing the parent's dead letters reopens the parent, and
+               its next completion decides again
+A parent that has completed already decides at once. An operator may cancel a held request.
+
+Idempotent on the request id, as submit: if the request exists, nothing changes and its
+current state is returned.
+
+KEYS[1..8] queue-level keys (see _common.lua)
+KEYS[9]    <p>:{Q}:req:<rid>           the follow-up's hash (field "after": the parent)
+KEYS[10]   <p>:{Q}:req:<rid>:tasks     its task stream (group "g" created here)
+KEYS[11]   <p>:{Q}:req:<parent>        the parent's hash (field "then": its follow-ups,
+                                       ids separated by spaces)
+Derived:   tr:<prio>:<tenant>, state:held|active|cancelling|cancelled, done:<rid>,
+           delayed:<prio>, dprio (see _common.lua)
+
+ARGV[1]  rid          ARGV[2]  now (ms)      ARGV[3]  priority (0-99)
+ARGV[4]  concurrency  ARGV[5]  tenant        ARGV[6]  handler
+ARGV[7]  max_attempts ARGV[8]  lease_ms      ARGV[9]  retention_ms
+ARGV[10] backoff_ms   ARGV[11] backoff_max_ms
+ARGV[12] parent request id
+ARGV[13..] task payloads (JSON text): at least one, at most one call's worth (the client
+         refuses more)
+
+Returns {created (1|0), state, total}
+Errors: -2 no such parent request (nothing is written)
+--]]
+--@include common
+
+local rid, now, parent = ARGV[1], now_ms(ARGV[2]), ARGV[12]
+local rk, sk = KEYS[9], KEYS[10]
+
+if redis.call('EXISTS', rk) == 1 then
+  local cur = redis.call('HMGET', rk, 'state', 'total')
+  return {0, cur[1], tonumber(cur[2])}
+end
+local p = load_req(parent)
+if not p then return -2 end
+
+local n = #ARGV - 12
+redis.call('XGROUP', 'CREATE', sk, GROUP, '0', 'MKSTREAM')
+for i = 13, #ARGV do
+  redis.call('XADD', sk, '*', 'p', ARGV[i])
+end
+redis.call('HSET', rk, 'state', 'held', 'tenant', ARGV[5], 'handler', ARGV[6],
+  'priority', ARGV[3], 'concurrency', ARGV[4], 'waiting', text(n), 'lease_ms', ARGV[8],
+  'retention_ms', ARGV[9], 'total', text(n), 'max_attempts', ARGV[7],
+  'backoff_ms', ARGV[10], 'backoff_max_ms', ARGV[11], 'created_ms', text(now),
+  'updated_ms', text(now), 'after', parent)
+redis.call('ZADD', state_key('held'), text(now), rid)
+if p['then'] then set_field(p, 'then', p['then'] .. ' ' .. rid) else set_field(p, 'then', rid) end
+
+local h = {id = rid, state = 'held', tenant = ARGV[5], handler = ARGV[6],
+           priority = tonumber(ARGV[3]), concurrency = tonumber(ARGV[4]), total = n,
+           waiting = n, retry = 0, leased = 0, delayed = 0, done = 0, dead = 0, cancelled = 0,
+           discarded = 0, max_attempts = tonumber(ARGV[7]), lease_ms = tonumber(ARGV[8]),
+           retention_ms = tonumber(ARGV[9]), backoff_ms = tonumber(ARGV[10]),
+           backoff_max_ms = tonumber(ARGV[11]), retention_text = ARGV[9], _elig = false,
+           _state0 = 'held', _dirty = false, _moved = false}
+REQS[rid] = h
+bump_waiting_stat(h, n)
+stat('submitted', n)
+event('submitted', rid, 'tasks', text(n), 'priority', ARGV[3], 'tenant', ARGV[5],
+      'after', parent)
+-- The parent has completed already: decide now, as its completion would have.
+if p.state == 'done' then
+  set_state(h, 'active', now)
+  event('unheld', rid, 'after', parent)
+  sync_ready(h)
+  maybe_complete(h, now)
+elseif p.state == 'cancelled' then
+  cancel_held(h, now, parent)
+end
+dispatch_idle()
+return {1, h.state, n}
