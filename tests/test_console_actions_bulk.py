@@ -116,7 +116,7 @@ def test_more_than_1000_needs_the_count_typed(operator: Client, world: World) ->
     ok = operator.post(f"{url}confirm/", {"typed_count": "1001", "rate": "5000"})
     assert ok.status_code == 302
     run_actions()
-    assert "1001 of 1001 requeued" in text(operator.get(url)).replace(",", "")
+    assert "1,001 of 1,001 requeued" in text(operator.get(url))
 
 
 def test_a_bad_rate_is_a_400(operator: Client, world: World) -> None:

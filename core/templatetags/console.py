@@ -134,3 +134,12 @@ def sub(value: Any, other: Any) -> int:
         return int(value) - int(other)
     except (TypeError, ValueError):
         return 0
+
+
+@register.filter
+def thousands(value: Any) -> str:
+    """A count as "3,214" (what the service layer's messages say too)."""
+    try:
+        return f"{int(value):,}"
+    except (TypeError, ValueError):
+        return "" if value is None else str(value)
