@@ -330,3 +330,17 @@ def test_the_pages_forms_post_only_with_csrf(world: World, db: Any) -> None:
                                            "csrfmiddlewaretoken": token})
     assert ok.status_code == 302
     assert stats(world.q).dead == 0
+
+
+def test_an_account_outside_the_groups_is_refused_and_audited(world: World, db: Any) -> None:
+    from tests.action_fixtures import login
+
+    nobody = login("nora", None)
+    response = nobody.post("/actions/requeue/", {"queue": "default", "dead": world.dead_ids})
+    assert response.status_code == 403
+    assert AuditEntry.objects.filter(refused=True, actor="nora", action="requeue").exists()
+    junk = nobody.post("/actions/requeue/", {"queue": "default", "dead": ["junk"]})
+    assert junk.status_code == 403  # not a 400 that would say what the form expects
+    assert nobody.post("/actions/preview/", {"queue": "default", "action": "requeue",
+                                             "since": "junk"}).status_code == 403
+    assert stats(world.q).dead == 3

@@ -33,8 +33,6 @@ from core.ops.errors import BadInput, Refused, StaleState
 from core.ops.perms import allowed
 from core.queue import Queue
 
-from .common import PERMISSION
-
 DONE_KEY = "qa_done"  # session: nonce -> the message of what that form did
 DONE_KEPT = 30
 
@@ -148,8 +146,7 @@ SPECS: dict[str, Spec] = {
 
 
 def refused(request: HttpRequest, exc: Exception) -> HttpResponse:
-    return error_page(request, 403, "Not allowed",
-                      str(exc) or "Your account may not do this. The refusal was recorded.")
+    return error_page(request, 403, "Not allowed", str(exc) or "Your account may not do this.")
 
 
 @require_POST
@@ -157,8 +154,9 @@ def act(request: HttpRequest, name: str) -> HttpResponse:
     spec = SPECS.get(name)
     if spec is None:
         return error_page(request, 404, "Not found", f"There is no action {name!r}.")
-    if not request.user.has_perm(PERMISSION):
-        return refused(request, PermissionError(""))
+    # No permission: the service layer refuses and audits it; junk from such an account is a
+    # 403 as well (it learns nothing about what the form should have said).
+    may = bool(allowed(request.user).get(spec.perm))
     try:
         queue = queue_from(request, request.POST.get("queue") or None)
         back = forms.next_url(request, f"{reverse(spec.back)}?queue={queue.name}")
@@ -168,12 +166,13 @@ def act(request: HttpRequest, name: str) -> HttpResponse:
             messages.info(request, f"Already done, nothing done again: {done[key]}")
             return HttpResponseRedirect(back)
         # Ask first, unless the service layer is about to refuse (and audit the refusal).
-        if (spec.confirm is not None and request.POST.get("confirmed") != "1"
-                and allowed(request.user).get(spec.perm)):
+        if spec.confirm is not None and request.POST.get("confirmed") != "1" and may:
             question, button, items = spec.confirm(request)
             return _confirmation(request, name, queue, (question, button), items, back)
         result = spec.run(request.user, queue, request)
     except (BadInput, BadParam) as exc:
+        if not may:
+            return refused(request, PermissionError(""))
         return error_page(request, 400, "Bad request", str(exc))
     except Refused as exc:
         return refused(request, exc)
