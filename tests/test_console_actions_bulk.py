@@ -250,3 +250,11 @@ def test_nobody_outside_the_groups_sees_the_audit_log(db: Any, world: World) -> 
     from tests.action_fixtures import login
 
     assert login("nora", None).get("/audit/").status_code == 403
+
+
+def test_no_cancel_all_for_a_range_of_finish_times(operator: Client, world: World) -> None:
+    # Unfinished requests have no finish time: such a filter matches none of them, and the
+    # preview's range would be on creation times instead.
+    html = operator.get("/requests/?sort=finished&since=2026-01-01").content.decode()
+    assert "Cancel all unfinished" not in html
+    assert "Cancel all unfinished" in operator.get("/requests/?since=2026-01-01").content.decode()
