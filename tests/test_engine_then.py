@@ -129,3 +129,25 @@ def test_a_streamed_parent_releases_its_follow_up_when_sealed_and_finished(queue
     assert (queue.state("p"), queue.state("n")) == ("open", "held")
     queue.seal("p")
     assert (queue.state("p"), queue.state("n")) == ("done", "active")
+
+
+def test_held_tasks_are_not_counted_as_work_that_can_run(
+    queue: Queue, redis_client: redis.Redis
+) -> None:
+    """A held request's tasks are waiting (its counters say so) but not in the queue's
+    waiting stats, so a --burst worker stops when only held work is left."""
+    queue.submit([1], request_id="p", handler="echo", max_attempts=1)
+    queue.submit_after("p", [1, 2], request_id="n", handler="echo")
+    info = introspect.request(queue, "n")
+    assert info is not None and info.waiting == 2
+    assert int(redis_client.hget(queue.keys.stats, "w:50") or 0) == 1
+    finish_all(queue, fail=True)
+    assert introspect.drained(queue)  # p failed: n stays held, and nothing can run
+    assert queue.requeue_request("p") == 1
+    finish_all(queue)
+    assert queue.state("n") == "done"
+    assert int(redis_client.hget(queue.keys.stats, "w:50") or 0) == 0
+    queue.submit([1], request_id="p2", handler="echo")
+    queue.submit_after("p2", [1, 2], request_id="n2", handler="echo")
+    queue.cancel("n2")
+    assert int(redis_client.hget(queue.keys.stats, "w:50") or 0) == 1

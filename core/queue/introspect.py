@@ -201,6 +201,21 @@ def dead_letters(q: Queue, *, before: str | None = None, count: int = 50) -> lis
     return [DeadLetter.from_entry(eid, f) for eid, f in rows]
 
 
+def request_dead_letters(q: Queue, request_id: str) -> list[DeadLetter]:
+    """The dead letters of one request (its tasks out of attempts), oldest first: read by
+    name through the request's task -> letter map, no scan of the dead stream."""
+    rid = validate_id(request_id, "request id")
+    r = _r(q)
+    ids = sorted(set(r.hvals(q.keys.dead_map(rid))))
+    if not ids:
+        return []
+    pipe = r.pipeline(transaction=False)
+    for did in ids:
+        pipe.xrange(q.keys.dead, did, did)
+    return [DeadLetter.from_entry(eid, fields)
+            for rows in pipe.execute() for eid, fields in rows]
+
+
 def workers(q: Queue, *, after: PageCursor | None = None, limit: int = 50) -> Page[WorkerInfo]:
     """A page of registered workers, most recent heartbeat first; pass the returned cursor as
     `after` for the next page. Workers gone longer than prune.WORKER_RETENTION_MS are pruned

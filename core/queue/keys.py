@@ -126,6 +126,10 @@ class QueueKeys:
     def tasks(self, rid: str) -> str:
         return f"{self.base}req:{rid}:tasks"
 
+    def dead_map(self, rid: str) -> str:
+        """Hash: a request's dead task -> the id of its entry in the dead stream."""
+        return f"{self.base}req:{rid}:dead"
+
     def state_index(self, state: str) -> str:
         return f"{self.base}state:{state}"
 

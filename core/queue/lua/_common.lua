@@ -543,11 +543,11 @@ local function maybe_complete(h, now)
 end
 
 -- A held follow-up is cancelled with its parent: its tasks were never delivered (a held
--- request is never eligible), so moving the group's cursor past them drops them all.
+-- request is never eligible), so moving the group's cursor past them drops them all. A held
+-- request's tasks are not in the stats' waiting counts (w:<prio>: work that can run).
 local function cancel_held(c, now, parent)
   redis.call('XGROUP', 'SETID', stream_key(c.id), GROUP, '$')
   local n = c.waiting
-  bump_waiting_stat(c, -n)
   add(c, 'waiting', -n)
   add(c, 'cancelled', n)
   set_state(c, 'cancelling', now)
@@ -566,6 +566,7 @@ follow_on = function(h, final, now)
     if c and c.state == 'held' then
       if final == 'done' then
         set_state(c, 'active', now)
+        bump_waiting_stat(c, c.waiting)
         event('unheld', cid, 'after', h.id)
         sync_ready(c)
         maybe_complete(c, now)

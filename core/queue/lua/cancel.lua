@@ -42,7 +42,7 @@ for _, who in ipairs({'~waiting', '~delayed'}) do
   end
 end
 local dropped = h.waiting + h.delayed
-bump_waiting_stat(h, -h.waiting)
+if h.state ~= 'held' then bump_waiting_stat(h, -h.waiting) end  -- held: never counted there
 add(h, 'waiting', -h.waiting)
 add(h, 'retry', -h.retry)
 add(h, 'delayed', -h.delayed)

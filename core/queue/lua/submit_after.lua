@@ -63,13 +63,13 @@ local h = {id = rid, state = 'held', tenant = ARGV[5], handler = ARGV[6],
            backoff_max_ms = tonumber(ARGV[11]), retention_text = ARGV[9], _elig = false,
            _state0 = 'held', _dirty = false, _moved = false}
 REQS[rid] = h
-bump_waiting_stat(h, n)
-stat('submitted', n)
+stat('submitted', n)  -- w:<prio> counts work that can run: a held request's, once released
 event('submitted', rid, 'tasks', text(n), 'priority', ARGV[3], 'tenant', ARGV[5],
       'after', parent)
 -- The parent has completed already: decide now, as its completion would have.
 if p.state == 'done' then
   set_state(h, 'active', now)
+  bump_waiting_stat(h, n)
   event('unheld', rid, 'after', parent)
   sync_ready(h)
   maybe_complete(h, now)
