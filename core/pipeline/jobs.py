@@ -1,0 +1,167 @@
+"""A data job on the queue: submitting it, and reading how it goes.
+
+A job `J` is two requests of one queue, both run by the handler `datajob`:
+
+- `J` (the chunk request), opened empty, then given one split task; the split task reads the
+  input, stages it as N Parquet chunks and adds one chunk task per chunk as each is written
+  (open / add / seal), then seals the request;
+- `J.combine`, a follow-up of `J` (Producer.submit_after): held until `J` completes as done,
+  then its one task combines the parts, writes the manifest and `_SUCCESS`. The engine
+  starts it exactly once, in the same atomic call that records `J`'s completion.
+
+The job's own record, a hash `<prefix>:{Q}:datajob:J`, holds the spec, the number of chunks,
+each chunk's report (rows in and out, seconds, attempt, worker) and, once done, the manifest.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from core.queue import Queue, introspect
+from core.queue.models import DeadLetter, RequestInfo
+
+from .spec import JobSpec
+
+HANDLER = "datajob"
+RECORD_TTL_S = 7 * 86_400  # the job's record outlives its requests' default retention
+
+
+def combine_id(job_id: str) -> str:
+    return f"{job_id}.combine"
+
+
+def record_key(q: Queue, job_id: str) -> str:
+    """The job's record: a key of the queue (same hash tag), not one the engine keeps."""
+    return f"{q.keys.base}datajob:{job_id}"
+
+
+def payload(op: str, spec: JobSpec, **extra: Any) -> dict[str, Any]:
+    return {"op": op, "job": spec.job_id, **extra, "spec": spec.to_dict()}
+
+
+@dataclass(frozen=True)
+class QueueOptions:
+    priority: int = 50
+    concurrency: int = 1_000_000
+    tenant: str = "default"
+    max_attempts: int = 3
+
+
+def submit(q: Queue, spec: JobSpec, options: QueueOptions | None = None) -> bool:
+    """Queue the job (spec already checked); returns False if a job with this id existed
+    (nothing is changed then, so a retried submit is harmless)."""
+    o = options or QueueOptions()
+    opts: dict[str, Any] = {"priority": o.priority, "tenant": o.tenant,
+                            "max_attempts": o.max_attempts}
+    key = record_key(q, spec.job_id)
+    created = bool(q.redis.hsetnx(key, "spec", spec.to_json()))
+    if created:
+        q.redis.hset(key, mapping={"queue": q.name, "created_ms": int(time.time() * 1000)})
+        q.redis.expire(key, RECORD_TTL_S)
+    # Open and empty, the chunk request is not eligible; the follow-up is held behind it; only
+    # then is the split task added, so nothing runs before both exist.
+    q.open(handler=HANDLER, request_id=spec.job_id, concurrency=o.concurrency, **opts)
+    q.submit_after(spec.job_id, [payload("combine", spec)], handler=HANDLER,
+                   request_id=combine_id(spec.job_id), **opts)
+    info = introspect.request(q, spec.job_id)
+    if info is not None and info.total == 0 and info.state == "open":
+        q.add(spec.job_id, [payload("split", spec)])
+    return created
+
+
+@dataclass
+class ChunkReport:
+    chunk: int
+    rows_in: int
+    rows_out: int
+    seconds: float
+    attempt: int
+    worker: str
+
+    @classmethod
+    def from_json(cls, text: str) -> ChunkReport:
+        d = json.loads(text)
+        return cls(**{k: d[k] for k in ("chunk", "rows_in", "rows_out", "seconds", "attempt",
+                                        "worker")})
+
+
+@dataclass
+class JobStatus:
+    """A job as the queue and its record show it now."""
+
+    job_id: str
+    spec: JobSpec | None
+    state: str  # running, done, failed, cancelled, unknown
+    chunks: int | None  # known once the split has counted the input
+    reports: dict[int, ChunkReport] = field(default_factory=dict)
+    manifest: dict[str, Any] | None = None
+    failures: list[str] = field(default_factory=list)  # which task failed, and why
+    request: RequestInfo | None = None
+    combine: RequestInfo | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.state in ("done", "failed", "cancelled")
+
+
+def describe_letter(letter: DeadLetter) -> str:
+    """Which task of a job a dead letter is (the split, chunk k, the combine), and why."""
+    try:
+        p = json.loads(letter.payload)
+    except ValueError:
+        p = {}
+    op = p.get("op") if isinstance(p, dict) else None
+    what = {"split": "the split", "combine": "the combine step"}.get(str(op), "a task")
+    if op == "chunk":
+        what = f"chunk {p.get('chunk')}"
+    return (f"{what} failed after {letter.attempts} attempt(s) (dead letter {letter.id}): "
+            f"{letter.error}")
+
+
+def status(q: Queue, job_id: str) -> JobStatus:
+    """The job's state, chunks, reports, manifest and failures, from Redis."""
+    rec = q.redis.hgetall(record_key(q, job_id))
+    rec = {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes)
+           else v) for k, v in rec.items()}
+    spec = JobSpec.from_dict(json.loads(rec["spec"])) if "spec" in rec else None
+    req = introspect.request(q, job_id)
+    comb = introspect.request(q, combine_id(job_id))
+    reports = {int(k.split(":", 1)[1]): ChunkReport.from_json(v)
+               for k, v in rec.items() if k.startswith("chunk:")}
+    manifest = json.loads(rec["manifest"]) if "manifest" in rec else None
+    failures = [describe_letter(d) for rid in (job_id, combine_id(job_id))
+                for d in introspect.request_dead_letters(q, rid)]
+    chunks = int(rec["chunks"]) if "chunks" in rec else None
+    st = JobStatus(job_id, spec, "running", chunks, reports, manifest, failures, req, comb)
+    if manifest is not None or (comb is not None and comb.state == "done"):
+        st.state = "done"
+    elif any(r is not None and r.state in ("cancelled", "cancelling") for r in (req, comb)):
+        st.state = "cancelled"
+    elif req is None and comb is None:
+        st.state = "unknown" if spec is None else "expired"
+    elif any(r is not None and r.state == "failed" for r in (req, comb)):
+        st.state = "failed"
+    elif (req is not None and req.state == "open" and req.dead > 0
+          and req.waiting + req.leased + req.delayed == 0):
+        st.state = "failed"  # the split ran out of attempts: nothing else will run
+    return st
+
+
+def wait(q: Queue, job_id: str, *, timeout: float | None = None, poll: float = 0.25,
+         on_change: Any = None) -> JobStatus:
+    """Poll the job until it finishes (or `timeout` s); `on_change(status)` after each change."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    last: tuple[Any, ...] | None = None
+    while True:
+        st = status(q, job_id)
+        seen = (st.state, st.chunks, len(st.reports), len(st.failures),
+                st.request.done if st.request else None)
+        if seen != last and on_change is not None:
+            on_change(st)
+        last = seen
+        if st.finished or (deadline is not None and time.monotonic() > deadline):
+            return st
+        time.sleep(poll)

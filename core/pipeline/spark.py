@@ -1,0 +1,211 @@
+"""One SparkSession per worker process: created at the first data task (never at import,
+never before the worker forks its heartbeat child), reused by every task after, stopped when
+the process exits.
+
+Where it runs: `local[*]` by default, a standalone master (settings.SPARK_MASTER,
+spark://host:7077) or a Spark Connect server (settings.SPARK_REMOTE, sc://host:15002). Its
+footprint: UI off, driver bound to loopback (local mode), a spark.local.dir of its own under
+QA_VAR_DIR/spark/<pid> emptied at start and removed at exit, Spark's own logging at ERROR (the
+pipeline logs one line per chunk), and the JVM in a session of its own, so that a SIGTERM to
+the worker's process group (Ctrl-C in a terminal, a supervisor stopping the group) reaches the
+worker, which finishes its chunk, and not the JVM under it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+import shutil
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger("queueadmin.pipeline")
+
+_LOCK = threading.Lock()
+_SESSION: SparkSession | None = None
+_OWNED = False  # made here (stopped at exit), not handed in by use_session()
+_LOCAL_DIR: Path | None = None
+LOG4J = Path(__file__).with_name("log4j2.properties")
+
+
+@dataclass(frozen=True)
+class SparkTarget:
+    """Where the sessions of this process run: a master URL or a Spark Connect URL."""
+
+    master: str = "local[*]"
+    remote: str = ""
+    shuffle_partitions: int = 8
+    ui: bool = False
+
+    @property
+    def description(self) -> str:
+        return self.remote or self.master
+
+
+def target_from_settings() -> SparkTarget:
+    """SPARK_MASTER / SPARK_REMOTE / SPARK_SHUFFLE_PARTITIONS / SPARK_UI from Django settings,
+    read when the first session is made."""
+    from django.conf import settings
+
+    return SparkTarget(
+        master=getattr(settings, "SPARK_MASTER", "") or "local[*]",
+        remote=getattr(settings, "SPARK_REMOTE", ""),
+        shuffle_partitions=int(getattr(settings, "SPARK_SHUFFLE_PARTITIONS", 8)),
+        ui=bool(getattr(settings, "SPARK_UI", False)),
+    )
+
+
+def _var_dir() -> Path:
+    from django.conf import settings
+
+    return Path(settings.VAR_DIR)
+
+
+def base_conf(target: SparkTarget, *, app: str, local_dir: Path | None) -> dict[str, str]:
+    """The configuration every session of the project gets (workers, the CLI's check, tests)."""
+    conf = {
+        "spark.app.name": app,
+        "spark.ui.enabled": "true" if target.ui else "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": str(target.shuffle_partitions),
+        "spark.sql.session.timeZone": "UTC",
+        # The pipeline writes its own _SUCCESS, once the whole job's output is in place.
+        "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
+        "spark.hadoop.parquet.enable.summary-metadata": "false",
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOG4J}",
+    }
+    if target.master.startswith("local"):
+        conf["spark.driver.bindAddress"] = "127.0.0.1"
+        conf["spark.driver.host"] = "127.0.0.1"
+    if local_dir is not None:
+        conf["spark.local.dir"] = str(local_dir)
+    return conf
+
+
+def build_session(
+    target: SparkTarget, *, app: str, local_dir: Path | None = None
+) -> SparkSession:
+    """A new session for `target`. Classic Spark: the JVM is started here, in a session of
+    its own (start_new_session), so signals sent to the worker's process group miss it; it
+    still exits with this process (its stdin is a pipe from it)."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+    from pyspark.sql import SparkSession
+
+    if target.remote:
+        return SparkSession.builder.remote(target.remote).appName(app).getOrCreate()
+    conf = SparkConf().setMaster(target.master)
+    for key, value in base_conf(target, app=app, local_dir=local_dir).items():
+        conf.set(key, value)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the workers' own Python
+    gateway = launch_gateway(  # type: ignore[no-untyped-call]
+        conf, popen_kwargs={"start_new_session": True})
+    sc = SparkContext(conf=conf, gateway=gateway)
+    sc.setLogLevel("ERROR")
+    return SparkSession(sc)
+
+
+def get_session() -> SparkSession:
+    """This process's session, made at the first call (settings say where it runs)."""
+    global _SESSION, _OWNED, _LOCAL_DIR
+    with _LOCK:
+        if _SESSION is not None:
+            return _SESSION
+        target = target_from_settings()
+        local_dir = _var_dir() / "spark" / str(os.getpid())
+        shutil.rmtree(local_dir, ignore_errors=True)  # a previous process's leftovers
+        local_dir.mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
+        _SESSION = build_session(target, app=f"queueadmin-worker-{os.getpid()}",
+                                 local_dir=local_dir)
+        _OWNED, _LOCAL_DIR = True, local_dir
+        atexit.register(stop_session)
+        log.info("spark session ready master=%s version=%s in %.1fs", target.description,
+                 _SESSION.version, time.monotonic() - started)
+        return _SESSION
+
+
+def use_session(session: SparkSession | None) -> None:
+    """Make `session` this process's session (tests share one); None forgets it."""
+    global _SESSION, _OWNED
+    with _LOCK:
+        _SESSION, _OWNED = session, False
+
+
+def stop_session() -> None:
+    """Stop the session made by get_session() and remove its spark.local.dir."""
+    global _SESSION, _OWNED, _LOCAL_DIR
+    with _LOCK:
+        session, owned, local_dir = _SESSION, _OWNED, _LOCAL_DIR
+        _SESSION, _OWNED, _LOCAL_DIR = None, False, None
+    if session is not None and owned:
+        with contextlib.suppress(Exception):  # a JVM already gone cannot be stopped
+            session.stop()
+    if local_dir is not None:
+        shutil.rmtree(local_dir, ignore_errors=True)
+
+
+def forget_dead_session() -> None:
+    """The JVM died: drop the session without asking it anything."""
+    global _SESSION, _OWNED, _LOCAL_DIR
+    with _LOCK:
+        local_dir = _LOCAL_DIR
+        _SESSION, _OWNED, _LOCAL_DIR = None, False, None
+    if local_dir is not None:
+        shutil.rmtree(local_dir, ignore_errors=True)
+
+
+def master_of(session: SparkSession) -> str:
+    """The master (or Connect URL) a session runs on, for the manifest."""
+    try:
+        return str(session.conf.get("spark.master"))
+    except Exception:  # Spark Connect may not expose it
+        return target_from_settings().description
+
+
+def task_session(session: SparkSession) -> SparkSession:
+    """A session for one task: its own temporary views (`chunk`, `parts`, the job's views)
+    and SQL settings, on the shared SparkContext, so concurrent slots never see each other's
+    views. Spark Connect shares the one session."""
+    try:
+        return session.newSession()
+    except Exception:  # Spark Connect: sessions are per client; slots=1 is the rule there
+        return session
+
+
+@contextlib.contextmanager
+def cancellable(session: SparkSession, tag: str, should_stop: Any) -> Iterator[None]:
+    """Run the block's Spark jobs under the job tag `tag`; while it runs, a watcher thread
+    asks `should_stop()` every 0.2 s and interrupts the tagged jobs when it says so (the
+    task's request was cancelled, or its lease was lost)."""
+    session.addTag(tag)
+    done = threading.Event()
+    interrupted = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(0.2):
+            if should_stop():
+                interrupted.set()
+                with contextlib.suppress(Exception):
+                    session.interruptTag(tag)
+                return
+
+    watcher = threading.Thread(target=watch, name=f"spark-cancel-{tag}", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join(1)
+        with contextlib.suppress(Exception):
+            session.removeTag(tag)

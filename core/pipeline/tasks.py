@@ -1,0 +1,263 @@
+"""The three tasks of a data job, run by workers under the handler `datajob` (see jobs.py):
+split (input -> N staged Parquet chunks, streamed into the request), chunk (one chunk ->
+its part, idempotently) and combine (parts -> output, manifest, `_SUCCESS`)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from core.queue import RequestSealed, introspect
+from core.worker.context import Cancelled, TaskContext
+from core.worker.registry import handler
+
+from . import io, jobs, spark, transforms
+from .errors import DataJobError, JvmDied, explain, jvm_died
+from .spec import MANIFEST, SUCCESS, JobSpec
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger("queueadmin.pipeline")
+ID_BITS = 33  # monotonically_increasing_id(): partition index << 33 | row within partition
+
+
+@handler(jobs.HANDLER)
+def datajob(payload: dict[str, Any], ctx: TaskContext) -> dict[str, Any] | None:
+    """Run one task of a data job: payload {"op": split|chunk|combine, "job", "spec", ...}."""
+    op = payload.get("op")
+    run: Callable[[JobSpec, dict[str, Any], TaskContext], dict[str, Any] | None] | None = {
+        "split": split, "chunk": chunk, "combine": combine}.get(str(op))
+    if run is None:
+        raise DataJobError(f"unknown data job task {op!r}: expected split, chunk or combine")
+    return run(JobSpec.from_dict(payload["spec"]), payload, ctx)
+
+
+def _where(spec: JobSpec, payload: dict[str, Any]) -> str:
+    op = payload.get("op")
+    what = f"chunk {payload['chunk']}" if op == "chunk" else f"the {op}"
+    return f"{what} of job {spec.job_id}"
+
+
+@contextlib.contextmanager
+def sparking(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext) -> Iterator[SparkSession]:
+    """A task session whose Spark jobs a cancel or a lost lease interrupts; Spark's errors
+    become messages that say what to change. A dead JVM makes the worker exit (SIGTERM to
+    itself: it finishes or releases its other tasks) so that its supervisor starts a fresh one;
+    this task fails and runs again elsewhere."""
+    where = _where(spec, payload)
+    try:
+        base = spark.get_session()
+    except Exception as exc:
+        raise DataJobError(f"{where}: Spark did not start: {exc}") from exc
+    session = spark.task_session(base)
+    tag = f"qa-{ctx.request_id}-{ctx.task_id}".replace(".", "-")
+    try:
+        with spark.cancellable(session, tag, lambda: ctx.cancelled or ctx.lost):
+            yield session
+    except (Cancelled, DataJobError):
+        raise
+    except Exception as exc:
+        if ctx.cancelled or ctx.lost:
+            ctx.check()  # raises Cancelled or LeaseGone: the worker releases or drops the task
+        if jvm_died(exc):
+            spark.forget_dead_session()
+            log.error("spark JVM died in %s: stopping this worker for a restart", where)
+            os.kill(os.getpid(), signal.SIGTERM)
+            raise JvmDied(explain(exc, where=where)) from exc
+        raise DataJobError(explain(exc, where=where)) from exc
+
+
+def _transform(session: SparkSession, spec: JobSpec, df: DataFrame) -> DataFrame:
+    df.createOrReplaceTempView("chunk")
+    io.register_views(session, spec)
+    if spec.sql is not None:
+        return session.sql(spec.sql)
+    fn = transforms.get(spec.transform or "")
+    if fn is None:
+        raise DataJobError(f"transform {spec.transform!r} is not registered in this worker: "
+                           "add its module to QA_HANDLER_MODULES and restart the workers")
+    return fn(df)
+
+
+# -- split -------------------------------------------------------------------------------
+
+
+def chunk_count(spec: JobSpec, rows: int) -> int:
+    if spec.chunks is not None:
+        return spec.chunks
+    per = spec.rows_per_chunk or 1_000_000
+    return max(1, -(-rows // per))
+
+
+def split(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext) -> None:
+    """Read the input once (persisted), number its rows in input order, write N contiguous
+    ranges as staged Parquet chunks and add each chunk's task to the request as soon as it is
+    written. A retry skips the chunks already added (the numbering is the same on the same
+    input) and keeps the count of chunks the first run recorded."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    started = time.monotonic()
+    q, key = ctx.queue, jobs.record_key(ctx.queue, spec.job_id)
+    info = introspect.request(q, spec.job_id)
+    added = max(0, (info.total if info else 1) - 1)  # tasks after the split itself
+    with sparking(spec, payload, ctx) as session:
+        df = io.read_input(session, spec).withColumn(
+            "__qa_id", F.monotonically_increasing_id()).persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            by_partition = df.groupBy(F.shiftright("__qa_id", ID_BITS).alias("p")).count()
+            counts: dict[int, int] = dict(by_partition.collect())
+            rows = sum(counts.values())
+            known = q.redis.hget(key, "chunks")
+            n = int(known) if known else chunk_count(spec, rows)
+            q.redis.hset(key, mapping={"chunks": n, "rows": rows})
+            offsets, total = [], 0
+            for p in sorted(counts):
+                offsets += [F.lit(p), F.lit(total)]
+                total += counts[p]
+            index = (F.create_map(*offsets)[F.shiftright("__qa_id", ID_BITS)]
+                     + F.col("__qa_id").bitwiseAND((1 << ID_BITS) - 1)) if offsets else F.lit(0)
+            staged = df.withColumn(
+                "__qa_chunk", F.floor(index * F.lit(n) / F.lit(max(rows, 1))).cast("int"))
+            for k in range(added, n):
+                ctx.check()
+                target = spec.chunk_dir(k)
+                tmp = io.temp_beside(target)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                io.write(staged.filter(F.col("__qa_chunk") == k).drop("__qa_id", "__qa_chunk"),
+                         tmp, "parquet")
+                io.replace_dir(tmp, target)
+                q.add(spec.job_id, [jobs.payload("chunk", spec, chunk=k)])
+        finally:
+            with contextlib.suppress(Exception):
+                df.unpersist()
+    with contextlib.suppress(RequestSealed):
+        q.seal(spec.job_id)
+    log.info("split job=%s rows=%d chunks=%d staged=%d in %.2fs", spec.job_id, rows, n,
+             n - added, time.monotonic() - started)
+
+
+# -- chunk -------------------------------------------------------------------------------
+
+
+def chunk(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext) -> dict[str, Any]:
+    """Transform one staged chunk into its part: written to a temporary directory and renamed
+    over the part, so a retry replaces its own part and never adds rows twice. Reports rows
+    in and out, seconds, attempt and worker in the job's record (and as its result)."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    k = int(payload["chunk"])
+    started = time.monotonic()
+    with sparking(spec, payload, ctx) as session:
+        df = session.read.parquet(str(spec.chunk_dir(k)))
+        rows_in = df.count()
+        result = _transform(session, spec, df)
+        seen = Observation(f"rows_{k}")
+        target = spec.part_dir(k)
+        tmp = io.temp_beside(target)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        io.write(result.observe(seen, F.count(F.lit(1)).alias("rows")), tmp, spec.parts_format)
+        rows_out = int(seen.get["rows"])
+        ctx.check()  # not cancelled, still ours: only then does the part replace the old one
+        io.replace_dir(tmp, target)
+    report = {"chunk": k, "rows_in": rows_in, "rows_out": rows_out,
+              "seconds": round(time.monotonic() - started, 3), "attempt": ctx.attempt,
+              "worker": ctx.worker}
+    ctx.queue.redis.hset(jobs.record_key(ctx.queue, spec.job_id), f"chunk:{k}",
+                         json.dumps(report))
+    log.info("chunk job=%s chunk=%d rows_in=%d rows_out=%d attempt=%d in %.2fs", spec.job_id,
+             k, rows_in, rows_out, ctx.attempt, report["seconds"])
+    return report
+
+
+# -- combine -----------------------------------------------------------------------------
+
+
+def combine(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext) -> dict[str, Any]:
+    """Once every chunk is done: the combine SQL over the view `parts` (or the parts as they
+    are, moved into place), the manifest, `_SUCCESS`, then the staging data removed. A retry
+    after the output was moved into place only finishes the clean-up."""
+    q, key = ctx.queue, jobs.record_key(ctx.queue, spec.job_id)
+    out = Path(spec.output)
+    done = _manifest_of(out)
+    if done is not None and done.get("job") == spec.job_id and (out / SUCCESS).exists():
+        _finish(spec, q, key, done)
+        return {"rows_out": done["rows_out"]}
+    started = time.monotonic()
+    rec = q.redis.hgetall(key)
+    rec = {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes)
+           else v) for k, v in rec.items()}
+    n = int(rec["chunks"])
+    reports = {int(f.split(":", 1)[1]): json.loads(v) for f, v in rec.items()
+               if f.startswith("chunk:")}
+    missing = [k for k in range(n) if not spec.part_dir(k).is_dir()]
+    if missing:
+        raise DataJobError(f"the combine step of job {spec.job_id} found no part for chunks "
+                           f"{missing[:10]}: the staging directory {spec.staging} was changed")
+    staged_out = spec.staging / "out"
+    shutil.rmtree(staged_out, ignore_errors=True)
+    with sparking(spec, payload, ctx) as session:
+        if spec.combine_sql:
+            parts = session.read.parquet(*(str(spec.part_dir(k)) for k in range(n)))
+            parts.createOrReplaceTempView("parts")
+            io.register_views(session, spec)
+            io.write(session.sql(spec.combine_sql), staged_out, spec.output_format)
+            rows_out = io.read(session, str(staged_out), spec.output_format).count()
+            version, master = session.version, spark.master_of(session)
+        else:
+            staged_out.mkdir(parents=True)
+            for k in range(n):
+                for i, f in enumerate(io.data_files(spec.part_dir(k))):
+                    suffix = "".join(f.suffixes[-2:]) if f.name.endswith(".snappy.parquet") \
+                        else f.suffix
+                    os.rename(f, staged_out / f"part-{k:05d}-{i}{suffix}")
+            rows_out = sum(int(r["rows_out"]) for r in reports.values())
+            version, master = session.version, spark.master_of(session)
+    manifest = {
+        "job": spec.job_id,
+        "input": spec.input, "format": spec.format, "views": spec.views,
+        "sql": spec.sql, "transform": spec.transform, "combine_sql": spec.combine_sql,
+        "output": spec.output, "output_format": spec.output_format,
+        "chunks": [reports.get(k) for k in range(n)],
+        "rows_in": sum(int(r["rows_in"]) for r in reports.values()),
+        "rows_out": rows_out,
+        "chunk_seconds": round(sum(float(r["seconds"]) for r in reports.values()), 3),
+        "combine_seconds": round(time.monotonic() - started, 3),
+        "spark_version": version, "master": master,
+        "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+    (staged_out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    (staged_out / SUCCESS).write_text("")
+    if out.exists():
+        # Checked at submit: absent, or --overwrite. Gone first so the rename can land.
+        shutil.rmtree(out) if out.is_dir() else out.unlink()
+    os.rename(staged_out, out)
+    _finish(spec, q, key, manifest)
+    log.info("combine job=%s chunks=%d rows_out=%d in %.2fs", spec.job_id, n, rows_out,
+             manifest["combine_seconds"])
+    return {"rows_out": rows_out}
+
+
+def _manifest_of(out: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads((out / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _finish(spec: JobSpec, q: Any, key: str, manifest: dict[str, Any]) -> None:
+    q.redis.hset(key, "manifest", json.dumps(manifest))
+    q.redis.expire(key, jobs.RECORD_TTL_S)
+    shutil.rmtree(spec.staging, ignore_errors=True)
