@@ -20,6 +20,12 @@ QA_SECURE_COOKIES  "1": session and CSRF cookies only over HTTPS even when Djang
                anyway whenever the request came over HTTPS
 QA_TRUST_X_FORWARDED_PROTO  "1": behind a proxy that sets X-Forwarded-Proto, trust it
 QA_CONSOLE_CACHE_S  seconds the console shares per-queue aggregates between requests (1)
+SPARK_MASTER   where the workers' Spark runs data jobs (docs/pipeline.md): local[*] (default,
+               in each worker) or a standalone master, spark://host:7077
+SPARK_REMOTE   a Spark Connect server instead, sc://host:15002 (wins over SPARK_MASTER)
+SPARK_SHUFFLE_PARTITIONS  spark.sql.shuffle.partitions of the workers' sessions (default 8:
+               chunks are small; raise it for big combine steps on a cluster)
+SPARK_UI       "1": the Spark UI of each worker's session on (default off)
 """
 
 from __future__ import annotations
@@ -74,6 +80,12 @@ EMBEDDED_REDIS = not os.environ.get("REDIS_URL")
 REDIS_URL = os.environ.get("REDIS_URL") or f"redis://127.0.0.1:{EMBEDDED_REDIS_PORT}/0"
 QUEUE_PREFIX = os.environ.get("QUEUE_PREFIX") or "qa"
 QUEUEADMIN_HANDLER_MODULES = _env_list("QA_HANDLER_MODULES", "")
+
+# The data pipeline's Spark (core/pipeline/spark.py reads these when a worker makes its session).
+SPARK_MASTER = os.environ.get("SPARK_MASTER", "").strip() or "local[*]"
+SPARK_REMOTE = os.environ.get("SPARK_REMOTE", "").strip()
+SPARK_SHUFFLE_PARTITIONS = int(os.environ.get("SPARK_SHUFFLE_PARTITIONS") or "8")
+SPARK_UI = _env_flag("SPARK_UI")
 
 # The supervisor (`runstack`).
 WEB_HOST = os.environ.get("HOST") or "127.0.0.1"

@@ -56,14 +56,15 @@ def submit(q: Queue, spec: JobSpec, options: QueueOptions | None = None) -> bool
     o = options or QueueOptions()
     opts: dict[str, Any] = {"priority": o.priority, "tenant": o.tenant,
                             "max_attempts": o.max_attempts}
+    # Open and empty, the chunk request is not eligible; the follow-up is held behind it; only
+    # then is the split task added, so nothing runs before both exist. The options are
+    # checked by the first call, before anything is written.
+    q.open(handler=HANDLER, request_id=spec.job_id, concurrency=o.concurrency, **opts)
     key = record_key(q, spec.job_id)
     created = bool(q.redis.hsetnx(key, "spec", spec.to_json()))
     if created:
         q.redis.hset(key, mapping={"queue": q.name, "created_ms": int(time.time() * 1000)})
         q.redis.expire(key, RECORD_TTL_S)
-    # Open and empty, the chunk request is not eligible; the follow-up is held behind it; only
-    # then is the split task added, so nothing runs before both exist.
-    q.open(handler=HANDLER, request_id=spec.job_id, concurrency=o.concurrency, **opts)
     q.submit_after(spec.job_id, [payload("combine", spec)], handler=HANDLER,
                    request_id=combine_id(spec.job_id), **opts)
     info = introspect.request(q, spec.job_id)

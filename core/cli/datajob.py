@@ -1,0 +1,167 @@
+"""`manage.py datajob submit|show`: check a data job, queue it, follow it chunk by chunk;
+print a job's manifest."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import tempfile
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TextIO
+
+from django.core.management.base import CommandError
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from core.cli import command_errors
+from core.conf import get_queue
+from core.pipeline import jobs, spark, transforms
+from core.pipeline.check import check_with_spark
+from core.pipeline.spec import MANIFEST, JobSpec, SpecError, make_spec, parse_views
+from core.queue import Queue
+from core.queue.errors import UnknownHandlerWarning
+from core.queue.keys import validate_id
+from core.queue.produce import new_request_id
+
+
+@contextmanager
+def check_session() -> Iterator[Any]:
+    """A small local Spark session for the checks (one core, no UI), stopped after them."""
+    local_dir = Path(tempfile.mkdtemp(prefix="qa-datajob-check-"))
+    session = spark.build_session(spark.SparkTarget(master="local[1]", shuffle_partitions=1),
+                                  app="queueadmin-datajob-check", local_dir=local_dir)
+    try:
+        yield session
+    finally:
+        session.stop()
+        shutil.rmtree(local_dir, ignore_errors=True)
+
+
+def build_spec(
+    *, input: str, format: str, output: str, output_format: str = "parquet",
+    sql: str | None = None, transform: str | None = None, combine_sql: str | None = None,
+    views: list[str] | None = None, chunks: int | None = None,
+    rows_per_chunk: int | None = None, overwrite: bool = False, request_id: str | None = None,
+    session: Any = None,
+) -> JobSpec:
+    """The job's spec after every check (Spark's on `session`, or on a session of its own):
+    CommandError with a message saying what to change, and nothing queued."""
+    try:
+        job_id = validate_id(request_id, "request id") if request_id else new_request_id()
+        if len(job_id) > 120:
+            raise SpecError(f"--request-id {job_id!r}: at most 120 characters for a data job")
+        transforms.load_modules()
+        spec = make_spec(job_id=job_id, input=input, format=format, output=output,
+                         output_format=output_format, sql=sql, transform=transform,
+                         combine_sql=combine_sql, views=parse_views(views or []), chunks=chunks,
+                         rows_per_chunk=rows_per_chunk, overwrite=overwrite)
+        if session is not None:
+            check_with_spark(session, spec)
+        else:
+            with check_session() as own:
+                check_with_spark(own, spec)
+    except (SpecError, ValueError) as exc:
+        raise CommandError(f"data job refused: {exc}") from exc
+    return spec
+
+
+def submit(
+    spec: JobSpec, *, queue: str | None = None, options: jobs.QueueOptions | None = None,
+    wait: bool = False, timeout: float | None = None, stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+) -> jobs.JobStatus | None:
+    """Queue a checked job and print its id; with `wait`, follow it and raise CommandError
+    unless it ends done (saying which chunk failed and why)."""
+    stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
+    with command_errors("datajob submit"):
+        q = get_queue(queue or "default")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", UnknownHandlerWarning)
+            created = jobs.submit(q, spec, options)
+        if caught:
+            stderr.write(f"warning: no worker of queue {q.name!r} runs data jobs yet (handler "
+                         f"{jobs.HANDLER!r}): the job waits until one starts "
+                         "(`manage.py runworker`, or `make run`)\n")
+        stdout.write(f"{spec.job_id}\n" if created else
+                     f"{spec.job_id} (submitted before: nothing changed)\n")
+        stdout.flush()
+        if not wait:
+            return None
+        return follow(q, spec.job_id, timeout=timeout, stdout=stdout)
+
+
+def follow(q: Queue, job_id: str, *, timeout: float | None = None,
+           stdout: TextIO | None = None) -> jobs.JobStatus:
+    """Progress of the job's chunks (a bar, and one line per chunk done) until it ends."""
+    stdout = stdout or sys.stdout
+    console = Console(file=stdout, highlight=False)
+    printed: set[int] = set()
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console, transient=True) as bar:
+        task = bar.add_task("splitting", total=None)
+
+        def show(st: jobs.JobStatus) -> None:
+            for k in sorted(set(st.reports) - printed):
+                r = st.reports[k]
+                console.print(f"chunk {k}: {r.rows_in:,} rows in, {r.rows_out:,} out, "
+                              f"{r.seconds:.2f}s (attempt {r.attempt}, {r.worker})")
+                printed.add(k)
+            if st.chunks is not None:
+                bar.update(task, description="chunks", total=st.chunks, completed=len(st.reports))
+
+        st = jobs.wait(q, job_id, timeout=timeout, on_change=show)
+    return finished(st, stdout)
+
+
+def finished(st: jobs.JobStatus, stdout: TextIO) -> jobs.JobStatus:
+    """Print the end of a job; CommandError unless it is done."""
+    if st.state == "done" and st.manifest is not None:
+        m = st.manifest
+        stdout.write(f"done: {m['rows_in']:,} rows in, {m['rows_out']:,} rows out, "
+                     f"{len(m['chunks'])} chunks -> {m['output']} ({m['output_format']})\n")
+        return st
+    if st.state == "failed":
+        reasons = "\n".join(f"  {f}" for f in st.failures) or "  (no dead letter found)"
+        raise CommandError(
+            f"data job {st.job_id} failed: no _SUCCESS was written.\n{reasons}\n"
+            "Fix the cause, then requeue the dead letter (console Dead letters page, or "
+            f"`manage.py requeue --request {st.job_id}`): the job then finishes."
+        )
+    if st.state == "cancelled":
+        raise CommandError(f"data job {st.job_id} was cancelled: no output was marked complete")
+    raise CommandError(f"data job {st.job_id} is still {st.state} (gave up waiting); "
+                       f"`manage.py datajob show {st.job_id}` follows it up")
+
+
+def show(target: str, *, queue: str | None = None, stdout: TextIO | None = None) -> None:
+    """Print a job's manifest (by job id, or an output directory's `_manifest.json`); for a
+    job not done, its state, chunks and failures."""
+    stdout = stdout or sys.stdout
+    path = Path(target)
+    if "/" in target or path.is_dir():
+        try:
+            stdout.write((path / MANIFEST).read_text())
+        except OSError as exc:
+            raise CommandError(f"no manifest in {target}: {exc.strerror} (a job writes it "
+                               "when it completes)") from exc
+        return
+    with command_errors("datajob show"):
+        q = get_queue(queue or "default")
+        st = jobs.status(q, validate_id(target, "job id"))
+    if st.manifest is not None:
+        stdout.write(json.dumps(st.manifest, indent=2) + "\n")
+        return
+    if st.spec is None:
+        raise CommandError(f"no data job {target!r} in queue {q.name!r} (or its record has "
+                           "expired: `datajob show OUTPUT_DIR` reads the manifest of a "
+                           "finished one)")
+    summary = {
+        "job": st.job_id, "state": st.state, "chunks": st.chunks,
+        "chunks_done": sorted(st.reports), "failures": st.failures,
+        "spec": st.spec.to_dict(),
+    }
+    stdout.write(json.dumps(summary, indent=2) + "\n")

@@ -1,0 +1,78 @@
+"""`manage.py datajob submit ...` and `manage.py datajob show ID`: data jobs on PySpark
+(docs/pipeline.md)."""
+
+from __future__ import annotations
+
+from argparse import ArgumentParser
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+
+from core.cli import raw_stream
+from core.cli.datajob import build_spec, show, submit
+from core.pipeline.jobs import QueueOptions
+
+
+class Command(BaseCommand):
+    help = (
+        "Data jobs: `submit` checks a job (input, SQL against the input's schema, transform, "
+        "output) and queues it: split into chunks on a worker, each chunk transformed, the "
+        "parts combined once; `show ID` prints its manifest."
+    )
+
+    def add_arguments(self, parser: ArgumentParser) -> None:
+        sub = parser.add_subparsers(dest="action", required=True)
+        s = sub.add_parser("submit", help="check and queue a data job")
+        s.add_argument("--input", required=True, help="path or glob of the input")
+        s.add_argument("--format", required=True, choices=["parquet", "csv", "json"],
+                       help="input format (csv: with a header line; json: JSON lines)")
+        s.add_argument("--view", action="append", default=[], metavar="NAME=PATH",
+                       help="an extra read-only table for the SQL (format from the name: "
+                            ".csv, .json, else Parquet); repeat for several")
+        how = s.add_mutually_exclusive_group(required=True)
+        how.add_argument("--sql", help="Spark SQL over the view `chunk`, run on every chunk")
+        how.add_argument("--transform", metavar="NAME",
+                         help="a @transform(\"NAME\") function of QA_HANDLER_MODULES")
+        s.add_argument("--combine-sql", help="Spark SQL over the view `parts` (every chunk's "
+                                             "result), run once at the end")
+        s.add_argument("--output", required=True, help="output directory")
+        s.add_argument("--output-format", default="parquet", choices=["parquet", "csv"])
+        size = s.add_mutually_exclusive_group()
+        size.add_argument("--chunks", type=int, help="number of chunks")
+        size.add_argument("--rows-per-chunk", type=int,
+                          help="target rows per chunk (default 1,000,000)")
+        s.add_argument("--queue", "-q", help="queue name (default: default)")
+        s.add_argument("--priority", "-p", type=int, default=50, help="0-99 (default 50)")
+        s.add_argument("--concurrency", "-c", type=int, default=1_000_000,
+                       help="most chunks running at once (default: no limit)")
+        s.add_argument("--tenant", default="default", help="client (fair share)")
+        s.add_argument("--max-attempts", type=int, default=3,
+                       help="attempts per chunk before its dead letter (default 3)")
+        s.add_argument("--request-id", help="the job's id (resubmitting it changes nothing)")
+        s.add_argument("--wait", action="store_true",
+                       help="show per-chunk progress; exit non-zero unless the job is done")
+        s.add_argument("--timeout", type=float, metavar="S", help="give up waiting after S s")
+        s.add_argument("--overwrite", action="store_true",
+                       help="replace an output that is complete already")
+        sh = sub.add_parser("show", help="print a job's manifest (by id, or an output dir)")
+        sh.add_argument("job", metavar="ID|OUTPUT_DIR")
+        sh.add_argument("--queue", "-q", help="queue name (default: default)")
+
+    def handle(self, *args: Any, **o: Any) -> None:
+        out, err = raw_stream(self.stdout), raw_stream(self.stderr)
+        if o["action"] == "show":
+            show(o["job"], queue=o["queue"], stdout=out)
+            return
+        if o["timeout"] is not None and not o["wait"]:
+            raise CommandError("--timeout applies only with --wait")
+        spec = build_spec(
+            input=o["input"], format=o["format"], output=o["output"],
+            output_format=o["output_format"], sql=o["sql"], transform=o["transform"],
+            combine_sql=o["combine_sql"], views=o["view"], chunks=o["chunks"],
+            rows_per_chunk=o["rows_per_chunk"], overwrite=o["overwrite"],
+            request_id=o["request_id"],
+        )
+        options = QueueOptions(priority=o["priority"], concurrency=o["concurrency"],
+                               tenant=o["tenant"], max_attempts=o["max_attempts"])
+        submit(spec, queue=o["queue"], options=options, wait=o["wait"], timeout=o["timeout"],
+               stdout=out, stderr=err)

@@ -1,0 +1,153 @@
+"""`manage.py datajob`: every refusal before anything is queued (the ones that need no Spark
+run without a JVM), Spark's own checks of the SQL against the input's schema, and a job
+followed to its end, done or failed, with `show` printing its manifest."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+import redis
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from core.cli.datajob import build_spec, follow, show, submit
+from core.pipeline import jobs
+from core.queue import Queue
+from tests.conftest import keys_under
+from tests.pipeline_support import (  # noqa: F401  (fixtures)
+    flights,
+    flights_parquet,
+    run_worker,
+    spark_session,
+)
+
+
+def refused(**kw: Any) -> str:
+    with pytest.raises(CommandError) as exc:
+        build_spec(**{"format": "parquet", "sql": "SELECT * FROM chunk", **kw},
+                   session=object())  # never reached: these refusals need no Spark
+    return str(exc.value)
+
+
+def test_refusals_that_need_no_spark(
+    tmp_path: Path, django_queue: Queue, redis_client: redis.Redis, prefix: str
+) -> None:
+    data = tmp_path / "in.parquet"
+    flights(20).to_parquet(data)
+    out = tmp_path / "out"
+    msg = refused(input=str(tmp_path / "nope.parquet"), output=str(out))
+    assert "input" in msg and "does not exist" in msg
+    msg = refused(input=str(tmp_path / "*.csv"), output=str(out), format="csv")
+    assert "matches no file" in msg
+    msg = refused(input=str(data), output=str(out), sql=None, transform="no_such")
+    assert "--transform 'no_such' is not registered" in msg and "QA_HANDLER_MODULES" in msg
+    msg = refused(input=str(data), output=str(out), views=["planes"])
+    assert "expected NAME=PATH" in msg
+    msg = refused(input=str(data), output=str(out), views=["chunk=" + str(data)])
+    assert "reserved" in msg
+    msg = refused(input=str(data), output=str(out), views=[f"planes={tmp_path}/planes.parquet"])
+    assert "--view planes=" in msg and "no such file" in msg
+    msg = refused(input=str(data), output=str(out), chunks=0)
+    assert "--chunks 0" in msg
+    out.mkdir()
+    (out / "_SUCCESS").touch()
+    (out / "_manifest.json").write_text(json.dumps({"job": "old1", "finished_at": "then"}))
+    msg = refused(input=str(data), output=str(out))
+    assert "already complete" in msg and "job old1" in msg and "--overwrite" in msg
+    (out / "_SUCCESS").unlink()
+    msg = refused(input=str(data), output=str(out))
+    assert "exists and is not empty" in msg
+    assert keys_under(redis_client, prefix) == []  # nothing queued
+
+
+def test_datajob_command_needs_exactly_one_of_sql_and_transform(tmp_path: Path) -> None:
+    with pytest.raises(CommandError, match="one of the arguments --sql --transform"):
+        call_command("datajob", "submit", "--input", "x", "--format", "parquet",
+                     "--output", str(tmp_path / "o"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("sql", "combine", "want"), [
+    ("SELEC carrier FROM chunk", None, "--sql does not parse"),
+    ("SELECT carrier, dep_dely FROM chunk", None, "--sql names `dep_dely`, which the data"),
+    ("SELECT carrier FROM chunk", "SELECT avg(dep_delay) FROM parts",
+     "--combine-sql names `dep_delay`"),
+])
+def test_sql_is_checked_against_the_input_schema(
+    spark_session: Any, flights_parquet: tuple[Path, pd.DataFrame], tmp_path: Path,
+    sql: str, combine: str | None, want: str,
+) -> None:
+    path, _ = flights_parquet
+    with pytest.raises(CommandError) as exc:
+        build_spec(input=str(path), format="parquet", output=str(tmp_path / "o"), sql=sql,
+                   combine_sql=combine, session=spark_session)
+    message = str(exc.value)
+    assert message.startswith("data job refused:") and want in message, message
+    if "dep_dely" in sql:
+        assert "the input's columns: id, carrier, month, dep_delay, distance" in message
+
+
+@pytest.mark.slow
+def test_a_job_followed_to_its_end_and_its_manifest_shown(
+    spark_session: Any, tmp_path: Path, django_queue: Queue
+) -> None:
+    csv = tmp_path / "flights.csv"
+    flights(300).to_csv(csv, index=False)
+    spec = build_spec(input=str(csv), format="csv", output=str(tmp_path / "o"),
+                      output_format="csv", sql="SELECT carrier, count(*) AS n FROM chunk "
+                      "GROUP BY carrier", combine_sql="SELECT carrier, sum(n) AS n FROM parts "
+                      "GROUP BY carrier ORDER BY carrier", chunks=2, request_id="cli1",
+                      session=spark_session)
+    out, err = io.StringIO(), io.StringIO()
+    submit(spec, stdout=out, stderr=err)
+    assert out.getvalue() == "cli1\n"
+    assert "no worker of queue 'default' runs data jobs yet" in err.getvalue()
+    run_worker(django_queue)
+    printed = io.StringIO()
+    st = follow(django_queue, "cli1", timeout=10, stdout=printed)
+    text = printed.getvalue()
+    assert "chunk 0: 150 rows in" in text and "chunk 1: 150 rows in" in text
+    assert "done: 300 rows in, 5 rows out, 2 chunks" in text
+    lines = (tmp_path / "o").glob("part-*.csv")
+    [part] = list(lines)
+    assert part.read_text().splitlines()[0] == "carrier,n"
+    shown = io.StringIO()
+    show("cli1", stdout=shown)
+    assert json.loads(shown.getvalue()) == st.manifest
+    shown = io.StringIO()
+    show(str(tmp_path / "o"), stdout=shown)
+    assert json.loads(shown.getvalue())["job"] == "cli1"
+    # Submitting the same output again is refused: complete already.
+    with pytest.raises(CommandError, match="already complete"):
+        build_spec(input=str(csv), format="csv", output=str(tmp_path / "o"),
+                   sql="SELECT 1 FROM chunk", session=spark_session)
+
+
+@pytest.mark.slow
+def test_a_failed_job_exits_non_zero_saying_which_chunk_and_why(
+    spark_session: Any, tmp_path: Path, django_queue: Queue
+) -> None:
+    data = tmp_path / "in.json"
+    data.write_text('{"a": 1}\n{"a": 2}\n{"a": 3}\n{"a": 4}\n')
+    spec = build_spec(input=str(data), format="json", output=str(tmp_path / "o"),
+                      sql="SELECT a, raise_error('a is ' || a) AS boom FROM chunk WHERE a = 4",
+                      chunks=2, request_id="bad1", session=spark_session)
+    submit(spec, options=jobs.QueueOptions(max_attempts=1), stdout=io.StringIO(),
+           stderr=io.StringIO())
+    run_worker(django_queue)
+    with pytest.raises(CommandError) as exc:
+        follow(django_queue, "bad1", timeout=10, stdout=io.StringIO())
+    message = str(exc.value)
+    assert "data job bad1 failed: no _SUCCESS was written" in message
+    assert "chunk 1 failed after 1 attempt(s)" in message and "a is 4" in message
+    assert "requeue --request bad1" in message
+    assert not (tmp_path / "o" / "_SUCCESS").exists()
+    shown = io.StringIO()
+    show("bad1", stdout=shown)
+    summary = json.loads(shown.getvalue())
+    assert summary["state"] == "failed" and summary["chunks_done"] == [0]
