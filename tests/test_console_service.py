@@ -78,8 +78,8 @@ def test_createuser_refuses_clearly(groups: None) -> None:
     call_command("createuser", "ana", "--role", "viewer", stdout=StringIO())
     with pytest.raises(CommandError, match="already exists"):
         call_command("createuser", "ana", "--role", "viewer", stdout=StringIO())
-    with pytest.raises(CommandError, match="unknown role 'admin'"):
-        call_command("createuser", "bob", "--role", "admin", stdout=StringIO())
+    with pytest.raises(CommandError, match="unknown role 'root'"):  # admin is a role now
+        call_command("createuser", "bob", "--role", "root", stdout=StringIO())
     assert not User.objects.filter(username="bob").exists()
 
 
