@@ -3,7 +3,8 @@ state of every task from Redis and compares the two (DESIGN.md §3: invariants 1
 and every counter and index the engine keeps).
 
 The model knows nothing of the Lua scripts: it keeps each task's state by the rules the engine
-promises (leases, attempts, backoff, dead letters, cancel, requeue, completion once).
+promises (leases, attempts, backoff, dead letters, cancel, requeue, completion once, and the
+operator's actions: pause, delete of dead letters, claim checks, reclaim of a dead worker).
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from core.queue.models import STATES
 
 RUNNABLE = ("open", "active")
 TERMINAL = ("done", "failed", "cancelled")
-TASK_STATES = ("waiting", "delayed", "leased", "done", "dead", "cancelled")
+# "discarded": a dead letter an operator deleted (out of the dead stream and the request's).
+TASK_STATES = ("waiting", "delayed", "leased", "done", "dead", "cancelled", "discarded")
 BAND = 10**12
 PROMOTE_MAX = 100  # due retries one script promotes per priority level
 
@@ -83,7 +85,7 @@ class Request:
         if self.state == "cancelling":
             self.state = "cancelled"
         else:
-            self.state = "failed" if self.count("dead") else "done"
+            self.state = "failed" if self.count("dead") or self.count("discarded") else "done"
         self.completions += 1
 
 
@@ -104,6 +106,7 @@ class QueueModel:
         self.handed_ever: set[str] = set()
         self.handed_ms: dict[str, int] = {}  # handed lease -> its lease length
         self.wake = False  # the wake-up token idle workers block on (a list of at most one)
+        self.paused = False  # an operator paused the queue: nothing is leased, handed or woken
 
     # -- lookups ------------------------------------------------------------------------
 
@@ -230,6 +233,13 @@ class QueueModel:
         r.maybe_complete()
         return r.state, dropped, r.count("leased")
 
+    def discard(self, t: Task, dead_id: str) -> bool:
+        """An operator deletes a dead letter: only while it is still that task's letter."""
+        if t.state != "dead" or t.dead_id != dead_id:
+            return False
+        t.state, t.dead_id = "discarded", None
+        return True
+
     def revive(self, r: Request, t: Task) -> bool:
         if t.state != "dead" or r.state in ("cancelling", "cancelled"):
             return False
@@ -354,7 +364,8 @@ def check_queue(q: Queue, m: QueueModel) -> list[str]:
             state, consumer, deliveries = truth.get(tid, ("gone", None, 0))
             where = f"task {rid}/{tid}"
             if state == "gone":
-                assert t.state in ("done", "cancelled"), f"{where} gone from Redis, model {t.state}"
+                assert t.state in ("done", "cancelled", "discarded"), (
+                    f"{where} gone from Redis, model {t.state}")
                 continue
             assert state == t.state, f"{where}: Redis says {state}, model {t.state}"
             assert deliveries == t.deliveries, f"{where}: delivered {deliveries}, {t.deliveries}"
@@ -371,7 +382,8 @@ def check_queue(q: Queue, m: QueueModel) -> list[str]:
         counts = {s: req.count(s) for s in TASK_STATES}
         # A counter missing from the hash is 0 (submit writes only those that are not).
         counters = {f: int(h.get(f, 0)) for f in
-                    ("waiting", "retry", "leased", "delayed", "done", "dead", "cancelled", "total")}
+                    ("waiting", "retry", "leased", "delayed", "done", "dead", "cancelled",
+                     "discarded", "total")}
         want = {**{s: counts[s] for s in TASK_STATES}, "total": len(req.tasks),
                 "retry": sum(1 for t in req.of_state("waiting") if t.deliveries)}
         assert counters == want, f"{rid}: counters {counters}, model {want}"

@@ -2,7 +2,9 @@
 
 A hypothesis state machine drives two queues (submit, open/add/seal, dequeue, fused
 ack+dequeue, ack of live and stale leases, fail, clock, reap, extend, release, cancel,
-requeue, claim, operator release; idle workers handed work, blocked while other steps run;
+requeue, claim, operator release; the operator actions of issue 8: pause/resume, delete of
+dead letters, claim/release checked against the holder and idle time shown, reclaim of a
+dead worker's leases; idle workers handed work, blocked while other steps run;
 a worker serving both queues; retries of several priorities due at once) against a
 reference model (tests/engine_model.py). After every step each task's true state is rebuilt
 from Redis (stream, consumer group, PEL, lease and retry indexes) and compared with the
@@ -43,6 +45,7 @@ from core.queue import (
     Queue,
     RequestCancelled,
     RequestSealed,
+    StateChanged,
     UnknownRequest,
 )
 from core.queue.client import wait_for_any
@@ -226,8 +229,14 @@ class QueueMachine(RuleBasedStateMachine):
         made_eligible = bool(m.eligible() - before)
         self._discover_handoffs(qi)
         if made_eligible:
-            m.wake = bool(m.eligible())
+            m.wake = self._token_left(m)
         self._settle_wake(qi)
+
+    @staticmethod
+    def _token_left(m: QueueModel) -> bool:
+        """The wake-up token a script that offered work leaves: there exactly when work is
+        left; while the queue is paused none is pushed (one already there stays if work is)."""
+        return bool(m.eligible()) and (m.wake or not m.paused)
 
     def _wait_for_any(self, qis: tuple[int, ...], consumer: str) -> None:
         """A worker's blocking wait on the queues `qis`, in its order: the first handoff list
@@ -398,7 +407,7 @@ class QueueMachine(RuleBasedStateMachine):
         handed = self._discover_handoffs(qi, check=False, dequeue=True)
         # A priority level with more due retries than one call promotes: nothing below it.
         eligible = [r for r in m.requests.values() if r.eligible and r.priority >= floor]
-        capacity = sum(r.free for r in eligible)
+        capacity = 0 if m.paused else sum(r.free for r in eligible)  # paused: nothing leased
         top = max((r.priority for r in eligible), default=None)
         if idle and count and not leases and not drained:
             m.idle[member] = now
@@ -431,7 +440,7 @@ class QueueMachine(RuleBasedStateMachine):
         # acks or promotion made work eligible or this call leased (it took what a token
         # announced); else as it was.
         if made_eligible or every:
-            m.wake = bool(m.eligible())
+            m.wake = self._token_left(m)
         self._settle_wake(qi)
         return every
 
@@ -795,10 +804,16 @@ class QueueMachine(RuleBasedStateMachine):
     # -- operating ----------------------------------------------------------------------
 
     @precondition(_any_request)
-    @rule(data=st.data(), op=st.sampled_from(["cancel", "requeue ids", "requeue request"]))
+    @rule(data=st.data(), op=st.sampled_from(["cancel", "requeue ids", "requeue request",
+                                              "delete ids", "delete ids"]))
     def operate(self, data: st.DataObject, op: str) -> None:
         """Cancel a request; requeue dead letters by id (current ones, or already requeued
-        ones: skipped) or all of one request (a failed request reopens)."""
+        ones: skipped) or all of one request (a failed request reopens); delete dead letters
+        (counted as discarded; one requeued or deleted already is skipped)."""
+        if op == "delete ids":
+            if any(m.dead_ids for m in self.models):
+                self._delete_dead(data)
+            return
         if op == "requeue ids" and any(m.dead_ids for m in self.models):
             qi = data.draw(st.sampled_from([i for i, m in enumerate(self.models) if m.dead_ids]))
             m = self.models[qi]
@@ -836,6 +851,77 @@ class QueueMachine(RuleBasedStateMachine):
             assert q.requeue_request(req.rid) == n
             self._script_end(qi, before)
 
+    def _delete_dead(self, data: st.DataObject) -> None:
+        """Delete: no promotion, no handoff, nothing made eligible."""
+        qi = data.draw(st.sampled_from([i for i, m in enumerate(self.models) if m.dead_ids]))
+        m = self.models[qi]
+        ids = data.draw(st.lists(st.sampled_from(sorted(m.dead_ids)), min_size=1, max_size=3,
+                                 unique=True), label="dead ids")
+        deleted = 0
+        for did in ids:
+            rid, tid = m.dead_ids[did]
+            deleted += m.discard(m.requests[rid].tasks[tid], did)
+        assert self.queues[qi].delete_dead(ids) == (deleted, len(ids) - deleted)
+
+    # Mostly resume: a queue paused for long would leave the rest of the machine idle.
+    @rule(qi=QI, pause=st.sampled_from([True, False, False, False]))
+    def pause_or_resume(self, qi: int, pause: bool) -> None:
+        """An operator pauses a queue (nothing is leased, handed to idle workers or woken for
+        until it resumes; running tasks go on) or resumes it (waiting work is offered to idle
+        workers and the token left, as after a submit). A second pause or resume changes
+        nothing."""
+        q, m = self.queues[qi], self.models[qi]
+        if pause:
+            assert q.pause("op") is not m.paused
+            m.paused = True
+            return
+        self._discover_handoffs(qi)  # of earlier scripts
+        assert q.resume("op") is m.paused
+        if not m.paused:
+            return  # it was running: no offer
+        m.paused = False
+        m.promote(self.now)
+        self._discover_handoffs(qi)
+        m.wake = bool(m.eligible())
+        self._settle_wake(qi)
+
+    @rule(data=st.data(), qi=QI, consumer=st.sampled_from(CONSUMERS),
+          dead_after=st.sampled_from([100, 400]), dead=st.booleans())
+    def reclaim_worker(self, data: st.DataObject, qi: int, consumer: str, dead_after: int,
+                       dead: bool) -> None:
+        """A worker beats (listing what it holds here), then an operator reclaims it: refused
+        while its beat is younger than its dead-after; once older, every lease it holds goes
+        back to waiting (or is dropped as cancelled) without spending an attempt, and it
+        leaves the registry and the idle set."""
+        q, m = self.queues[qi], self.models[qi]
+        mine = [(r, t) for r, t in m.leased() if t.consumer == consumer]
+        tasks = [{"queue": q.name, "request": r.rid, "task": t.tid} for r, t in mine]
+        listed = data.draw(st.booleans(), label="heartbeat lists its tasks?")
+        q.heartbeat(consumer, {"dead_after_ms": dead_after, "tasks": tasks if listed else []})
+        if not dead:
+            with pytest.raises(StateChanged):
+                q.reclaim_worker(consumer)
+            return
+        self.clock.advance(dead_after)
+        before = self._script_start(qi)
+        handed = list(m.handed.get(consumer, []))
+        # Found: listed by its beat, handed to it (its handoff list), or expired.
+        found = {(r.rid, t.tid) for r, t in mine} if listed else set()
+        want = [0, 0]
+        for r, t in [(r, t) for r, t in m.leased() if t.consumer == consumer]:
+            if (r.rid, t.tid) not in found and t.token not in handed and t.expiry >= self.now:
+                continue  # not found: the reaper's, once it expires
+            cancelled = r.state == "cancelling"
+            m.end_lease(r, t, "cancelled" if cancelled else "waiting", counts=False)
+            want[cancelled] += 1
+        m.idle.pop(f"{consumer}|{dead_after}", None)
+        m.promote(self.now)
+        assert q.reclaim_worker(consumer) == tuple(want)
+        m.handed[consumer] = []  # its handoff list is gone (what was on it: released above)
+        assert all(m.holder(tok) is None for tok in handed), "a handed task was not reclaimed"
+        self._script_end(qi, before)
+        assert self.client.zscore(q.keys.workers, consumer) is None
+
     def _cancel(self, qi: int, req: Request) -> None:
         """Cancel: waiting and delayed tasks dropped (out of every retry index), leased ones
         left to finish; no promotion, no handoff."""
@@ -844,13 +930,25 @@ class QueueMachine(RuleBasedStateMachine):
         assert (res.state, res.dropped, res.running) == (state, dropped, running)
 
     @precondition(_any_task)
-    @rule(data=st.data(), to=st.sampled_from(("", *CONSUMERS)))
-    def claim(self, data: st.DataObject, to: str) -> None:
+    @rule(data=st.data(), to=st.sampled_from(("", *CONSUMERS)),
+          shown=st.sampled_from(["", "", "holder", "other", "fresh"]))
+    def claim(self, data: st.DataObject, to: str, shown: str) -> None:
         """An operator moves a leased task to another consumer (the old lease is void, no
         attempt counted) or, with no consumer, puts it back to waiting (release_task);
-        a task that is not leased is refused."""
+        a task that is not leased is refused. With what a page showed (`shown`: the
+        holder, another consumer, or an idle time longer than the entry's), a stale page
+        is refused (StateChanged) and nothing moves."""
         qi, req, t = self._pick_task(data)
         q = self.queues[qi]
+        if shown in ("other", "fresh"):
+            other = next(c for c in CONSUMERS if c != t.consumer)
+            check: dict[str, Any] = ({"expect_consumer": other} if shown == "other"
+                                     else {"expect_consumer": t.consumer, "min_idle_ms": 10**9})
+            with pytest.raises(StateChanged):
+                q.claim(req.rid, t.tid, to or "c0", **check) if to else \
+                    q.release_task(req.rid, t.tid, **check)
+            return
+        kw: dict[str, Any] = {"expect_consumer": t.consumer} if shown == "holder" else {}
         if t.state != "leased":
             with pytest.raises(NotLeased):
                 q.claim(req.rid, t.tid, "c0") if to else q.release_task(req.rid, t.tid)
@@ -862,12 +960,12 @@ class QueueMachine(RuleBasedStateMachine):
             self.models[qi].end_lease(req, t, "cancelled" if cancelled else "waiting",
                                       counts=False)
             self.models[qi].promote(self.now)
-            assert q.release_task(req.rid, t.tid) == holder
+            assert q.release_task(req.rid, t.tid, **kw) == holder
             self._script_end(qi, before)
             return
         if to == t.consumer:
             to = CONSUMERS[(CONSUMERS.index(to) + 1) % len(CONSUMERS)]
-        lease = q.claim(req.rid, t.tid, to)
+        lease = q.claim(req.rid, t.tid, to, **kw)
         assert t.token
         self.models[qi].old_tokens.add(t.token)
         t.deliveries += 1
