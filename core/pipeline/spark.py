@@ -183,21 +183,32 @@ def task_session(session: SparkSession) -> SparkSession:
         return session
 
 
+def is_connect(session: SparkSession) -> bool:
+    return type(session).__module__.startswith("pyspark.sql.connect")
+
+
 @contextlib.contextmanager
 def cancellable(session: SparkSession, tag: str, should_stop: Any) -> Iterator[None]:
-    """Run the block's Spark jobs under the job tag `tag`; while it runs, a watcher thread
-    asks `should_stop()` every 0.2 s and interrupts the tagged jobs when it says so (the
-    task's request was cancelled, or its lease was lost)."""
-    session.addTag(tag)
+    """Run the block's Spark jobs in the job group `tag` (classic Spark; an operation tag on
+    Spark Connect); while it runs, a watcher thread asks `should_stop()` every 0.2 s and
+    cancels the group when it says so (the task's request was cancelled, or its lease was
+    lost). A job group, not a job tag, on classic Spark: SQL executions there do not carry
+    the thread's job tags (measured on 4.3: cancelJobsWithTag left the job running)."""
+    connect = is_connect(session)
+    if connect:
+        session.addTag(tag)
+    else:
+        session.sparkContext.setJobGroup(tag, f"queueadmin task {tag}", interruptOnCancel=True)
     done = threading.Event()
-    interrupted = threading.Event()
 
     def watch() -> None:
         while not done.wait(0.2):
             if should_stop():
-                interrupted.set()
                 with contextlib.suppress(Exception):
-                    session.interruptTag(tag)
+                    if connect:
+                        session.interruptTag(tag)
+                    else:
+                        session.sparkContext.cancelJobGroup(tag)
                 return
 
     watcher = threading.Thread(target=watch, name=f"spark-cancel-{tag}", daemon=True)
@@ -208,4 +219,10 @@ def cancellable(session: SparkSession, tag: str, should_stop: Any) -> Iterator[N
         done.set()
         watcher.join(1)
         with contextlib.suppress(Exception):
-            session.removeTag(tag)
+            if connect:
+                session.removeTag(tag)
+            else:
+                sc = session.sparkContext
+                for prop in ("spark.jobGroup.id", "spark.job.description",
+                             "spark.job.interruptOnCancel"):
+                    sc.setLocalProperty(prop, None)  # type: ignore[arg-type]

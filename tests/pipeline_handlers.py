@@ -1,0 +1,33 @@
+"""A transform for the pipeline tests that run real worker processes (`runworker --import
+tests.pipeline_handlers`): passes rows through, but the row with id 123 is held in a Python
+UDF while the file QA_TEST_HOLD_DIR/hold exists (up to 60 s), after writing
+QA_TEST_HOLD_DIR/running: the test then knows a chunk is mid-write, and kills or cancels."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from core.pipeline.transforms import transform
+
+HELD_ID = 123
+
+
+@transform("pipeline_test_hold")
+def hold(chunk: Any) -> Any:
+    from pyspark.sql.functions import udf
+
+    where = os.environ.get("QA_TEST_HOLD_DIR", "")
+
+    @udf("long")  # type: ignore[misc]
+    def held(i: int) -> int:
+        if i == HELD_ID and where and Path(where, "hold").exists():
+            Path(where, "running").write_text(str(os.getpid()))
+            deadline = time.monotonic() + 60
+            while Path(where, "hold").exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+        return i
+
+    return chunk.withColumn("id", held("id"))

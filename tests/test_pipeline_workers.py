@@ -1,0 +1,96 @@
+"""Data jobs on real worker processes (each with its own Spark JVM): a worker SIGKILLed while
+its chunk is being written has the chunk redone elsewhere and the output has every row once;
+a cancel reaches the running Spark job and no output is marked complete."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+import tests.pipeline_handlers  # noqa: F401  (registers the transform for make_spec's check)
+from core.pipeline import jobs
+from core.pipeline.spec import make_spec
+from core.queue import Queue
+from tests.pipeline_support import flights
+
+pytestmark = pytest.mark.slow
+
+
+def wait_for(cond: Callable[[], Any], what: str, timeout: float = 60) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if got := cond():
+            return got
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def held_job(tmp_path: Path, live_queue: Queue, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A 3-chunk job whose chunk holding id 123 (chunk 1) waits while tmp_path/hold exists."""
+    monkeypatch.setenv("QA_TEST_HOLD_DIR", str(tmp_path))  # inherited by spawned workers
+    (tmp_path / "hold").touch()
+    df = flights(300)
+    data = tmp_path / "in.parquet"
+    df.to_parquet(data, index=False)
+    spec = make_spec(job_id="held1", input=str(data), format="parquet",
+                     output=str(tmp_path / "out"), transform="pipeline_test_hold", chunks=3)
+    return spec, df
+
+
+def start(spawn_worker: Any, name: str, *options: str) -> subprocess.Popen[bytes]:
+    return spawn_worker(name, "--import", "tests.pipeline_handlers", *options)
+
+
+def test_a_chunk_whose_worker_is_killed_mid_write_is_redone_without_duplicate_rows(
+    spawn_worker: Any, live_queue: Queue, held_job: Any, tmp_path: Path
+) -> None:
+    spec, df = held_job
+    jobs.submit(live_queue, spec, jobs.QueueOptions(max_attempts=3))
+    first = start(spawn_worker, "w1")
+    wait_for(lambda: (tmp_path / "running").exists(), "chunk 1 to be mid-write")
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait(10)
+    (tmp_path / "hold").unlink()
+    second = start(spawn_worker, "w2", "--burst")
+    assert second.wait(120) == 0, (tmp_path / "w2.log").read_text()[-3000:]
+    st = jobs.status(live_queue, spec.job_id)
+    assert st.state == "done", st.failures
+    got = pd.read_parquet(spec.output).sort_values("id").reset_index(drop=True)
+    pd.testing.assert_frame_equal(got, df)  # every row exactly once
+    assert st.manifest is not None
+    # Chunk 1 (ids 100-199) was redone: the killed delivery counted as an attempt.
+    assert [c["attempt"] for c in st.manifest["chunks"]] == [1, 2, 1]
+    assert st.manifest["chunks"][1]["worker"] == "w2"
+    assert not spec.staging.exists()
+
+
+def test_cancel_reaches_the_running_spark_job_and_no_output_is_marked_complete(
+    spawn_worker: Any, live_queue: Queue, held_job: Any, tmp_path: Path
+) -> None:
+    spec, _ = held_job
+    jobs.submit(live_queue, spec)
+    worker = start(spawn_worker, "w1")
+    wait_for(lambda: (tmp_path / "running").exists(), "chunk 1 to be mid-write")
+    cancelled_at = time.monotonic()
+    live_queue.cancel(spec.job_id)
+    assert live_queue.wait(spec.job_id, timeout=30) == "cancelled"
+    # Within seconds, though the held row would have held the chunk for a minute.
+    assert time.monotonic() - cancelled_at < 20
+    assert (tmp_path / "hold").exists()
+    assert live_queue.state(jobs.combine_id(spec.job_id)) == "cancelled"
+    assert jobs.status(live_queue, spec.job_id).state == "cancelled"
+    assert not Path(spec.output).exists()
+    log = (tmp_path / "w1.log").read_text()
+    assert "task stopped: request cancelled" in log
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(30) == 0
+    (tmp_path / "hold").unlink()
