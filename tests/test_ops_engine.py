@@ -4,6 +4,7 @@ what a page showed, requeue and delete of letters still dead only, reclaim of a 
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 import redis
@@ -177,3 +178,28 @@ def test_reclaim_finds_expired_leases_its_heartbeat_did_not_list(
     clock.advance(1500)
     assert queue.reclaim_worker("dead-w") == (5, 0)
     assert introspect.stats(queue).leased == 0
+
+
+# -- pause with real workers ----------------------------------------------------------------
+
+
+def test_running_workers_take_nothing_from_a_paused_queue_and_resume_at_once(
+    live_queue: Queue, spawn_worker: Any, wait_until: Any, prefix: str
+) -> None:
+    """A worker process: its running task finishes while the queue is paused, it starts no
+    other (idle, it is handed nothing and woken for nothing), and picks the work up as soon
+    as the queue resumes, without waiting out a poll."""
+    k = f"{prefix}:t"
+    live_queue.submit([{"k": k, "seconds": 0.5}], request_id="first", handler="tracked")
+    spawn_worker("w1")
+    wait_until(lambda: live_queue.redis.llen(f"{k}:log") >= 1, 15, "the first task to start")
+    live_queue.pause()
+    live_queue.submit([{"k": k, "seconds": 0}] * 3, request_id="later", handler="tracked")
+    wait_until(lambda: live_queue.state("first") == "done", 10, "the running task to finish")
+    time.sleep(1.5)  # a worker that leased now would have started a task
+    info = introspect.request(live_queue, "later")
+    assert info is not None and (info.waiting, info.leased, info.done) == (3, 0, 0)
+    resumed = time.monotonic()
+    live_queue.resume()
+    wait_until(lambda: live_queue.state("later") == "done", 10, "the work after resume")
+    assert time.monotonic() - resumed < 2

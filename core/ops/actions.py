@@ -7,6 +7,7 @@ the entry says what was done before)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +25,7 @@ from core.queue import (
     UnknownWorker,
     introspect,
 )
+from core.queue.base import translated
 from core.queue.keys import validate_id, validate_task_id
 
 from . import audit
@@ -251,11 +253,16 @@ def claim(actor: Any, queue: str, entries: list[PendingRef], to_consumer: str) -
 
 def _alive(q: Queue, worker: str) -> bool:
     """Whether `worker` beat within its --dead-after (15 s if its entry does not say)."""
-    for w in introspect.workers(q, limit=1000).items:
-        if w.name == worker:
-            dead_after = int(w.info.get("dead_after_ms") or 15_000)
-            return q.now_ms() - w.last_beat_ms < dead_after
-    return False
+    with translated("worker"):
+        beat, info = (q.redis.pipeline(transaction=False).zscore(q.keys.workers, worker)
+                      .hget(q.keys.worker(worker), "info").execute())
+    if beat is None:
+        return False
+    try:
+        dead_after = int(json.loads(info or "{}").get("dead_after_ms") or 15_000)
+    except (ValueError, TypeError, AttributeError):
+        dead_after = 15_000
+    return bool(q.now_ms() - int(beat) < dead_after)
 
 
 def release(actor: Any, queue: str, entries: list[PendingRef]) -> Result:
