@@ -79,8 +79,8 @@ def test_a_refusal_is_audited_and_changes_nothing(q: Queue, viewer: User,
     assert still_dead(q, ids) == 2 and not q.paused()
 
 
-@pytest.mark.parametrize("ids", [["not-an-id"], [], ["1-1"] * 0 + [f"{i}-0" for i in
-                                                                    range(1, 1002)]])
+@pytest.mark.parametrize("ids", [["not-an-id"], [], [f"{i}-0" for i in range(1, 1002)]],
+                         ids=["malformed", "none", "over 1,000"])
 def test_bad_ids_are_refused_before_anything(q: Queue, operator: User, ids: list[str]) -> None:
     with pytest.raises(BadInput):
         actions.requeue_dead(operator, q.name, ids)

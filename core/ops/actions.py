@@ -295,14 +295,27 @@ def reclaim_worker(actor: Any, queue: str, worker: str) -> Result:
         try:
             released, cancelled = q.reclaim_worker(name)
         except StateChanged:
-            raise StaleState(f"worker {name!r} beat within its --dead-after: it may still be "
-                             "running its tasks; nothing was reclaimed") from None
+            raise StaleState(_why_alive(q, name)) from None
         except UnknownWorker:
             raise StaleState(f"worker {name!r} is not registered (reclaimed already, or "
                              "gone for over an hour)") from None
         tally.acted = released + cancelled
 
     return run(actor, "reclaim", queue, f"worker {worker}", 1, validate, act)
+
+
+def _why_alive(q: Queue, worker: str) -> str:
+    with translated("worker"):
+        info = q.redis.hget(q.keys.worker(worker), "info")
+    try:
+        known = bool(json.loads(info or "{}").get("dead_after_ms"))
+    except (ValueError, TypeError, AttributeError):
+        known = False
+    if not known:
+        return (f"worker {worker!r} did not register its --dead-after (an older version?): "
+                "nothing was reclaimed; the reaper takes its leases once they expire")
+    return (f"worker {worker!r} beat within its --dead-after: it may still be running its "
+            "tasks; nothing was reclaimed")
 
 
 def pause(actor: Any, queue: str) -> Result:
