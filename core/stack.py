@@ -187,7 +187,17 @@ class Stack:
         call_command("migrate", interactive=False, verbosity=0)
         call_command("collectstatic", interactive=False, verbosity=0)
         self._ensure_admin()
+        self._ensure_sample()
         connections.close_all()  # the supervisor serves nothing: no DB connection held open
+
+    def _ensure_sample(self) -> None:
+        """The README walkthrough's data in QA_VAR_DIR/sample, written once (about 3 s)."""
+        from core.sample import nycflights13
+
+        sample = self.var_dir / "sample"
+        if not nycflights13.is_complete(sample):
+            nycflights13.write_tables(sample)
+            self.out.write(f"sample data (nycflights13) written to {sample}\n")
 
     def _ensure_admin(self) -> None:
         from django.contrib.auth import get_user_model

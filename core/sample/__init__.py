@@ -1,0 +1,1 @@
+"""Sample data for the README's walkthrough (`manage.py sampledata`)."""
