@@ -55,6 +55,10 @@ class Request:
     tasks: dict[str, Task] = field(default_factory=dict)
     completions: int = 0
     reopens: int = 0
+    # Follow-ups ("then", submit_after): the requests held behind this one, and the queue's
+    # model, whose follow_on() the completion calls.
+    then: list[str] = field(default_factory=list)
+    model: QueueModel | None = field(default=None, repr=False)
 
     def count(self, state: str) -> int:
         return sum(1 for t in self.tasks.values() if t.state == state)
@@ -87,6 +91,8 @@ class Request:
         else:
             self.state = "failed" if self.count("dead") or self.count("discarded") else "done"
         self.completions += 1
+        if self.model is not None:
+            self.model.follow_on(self)
 
 
 class QueueModel:
@@ -221,8 +227,23 @@ class QueueModel:
                 out[t.token] = (r, t, outcome)
         return out
 
+    def follow_on(self, parent: Request) -> None:
+        """A completed request's held follow-ups: started when it is done, cancelled when it
+        is cancelled, left held when it failed (a requeue may still finish it)."""
+        if parent.state == "failed":
+            return
+        for rid in parent.then:
+            c = self.requests[rid]
+            if c.state != "held":
+                continue
+            if parent.state == "done":
+                c.state = "active"
+                c.maybe_complete()
+            else:
+                self.cancel(c)
+
     def cancel(self, r: Request) -> tuple[str, int, int]:
-        if r.state not in RUNNABLE:
+        if r.state not in (*RUNNABLE, "held"):
             return r.state, 0, r.count("leased")
         dropped = 0
         for t in r.tasks.values():
@@ -391,7 +412,9 @@ def check_queue(q: Queue, m: QueueModel) -> list[str]:
 
     # Per-priority waiting totals and cumulative counters.
     for prio in {req.priority for req in reqs}:
-        want_w = sum(req.count("waiting") for req in reqs if req.priority == prio)
+        # A held follow-up's tasks are waiting but not work that can run: not counted here.
+        want_w = sum(req.count("waiting") for req in reqs
+                     if req.priority == prio and req.state != "held")
         assert int(stats.get(f"w:{prio}", 0)) == want_w, f"stats w:{prio}"
     assert int(stats.get("submitted", 0)) == sum(len(req.tasks) for req in reqs), "submitted"
     assert int(stats.get("done", 0)) == m.stats["done"], "stats done"

@@ -321,11 +321,14 @@ class QueueMachine(RuleBasedStateMachine):
         for q in self.queues:
             calls: list[tuple[Any, ...]] = [(q.add, rid, [1]), (q.seal, rid), (q.cancel, rid),
                                             (q.requeue_request, rid), (q.claim, rid, "1-0", "c0"),
-                                            (q.state, rid)]
+                                            (q.state, rid),
+                                            (lambda r, q=q: q.submit_after(
+                                                r, [1], request_id="child", handler="echo"), rid)]
             for fn, *args in calls:
                 with pytest.raises(UnknownRequest):
                     fn(*args)
             assert not self.client.exists(q.keys.request(rid), q.keys.tasks(rid))
+            assert not self.client.exists(q.keys.request("child"), q.keys.tasks("child"))
 
     @rule(args=SUBMIT)
     def submit(self, args: dict[str, Any]) -> None:
@@ -345,12 +348,47 @@ class QueueMachine(RuleBasedStateMachine):
         if existing:
             assert res == Submitted(rid, False, existing.state, len(existing.tasks))
             return
-        req = Request(rid, **opts, state="active" if seal else "open")
+        req = Request(rid, **opts, state="active" if seal else "open", model=m)
         m.requests[rid] = req
         self._learn(qi, req, payloads)
         m.promote(self.now)  # every script ending in dispatch_idle() promotes due retries
         self._script_end(qi, before)
         assert res == Submitted(rid, True, req.state, n)
+
+    @precondition(_any_request)
+    @rule(data=st.data(), args=SUBMIT, cancel=st.booleans())
+    def submit_after(self, data: st.DataObject, args: dict[str, Any], cancel: bool) -> None:
+        """A follow-up ("then") of a request in any state: held until the parent completes
+        (done starts it, cancelled cancels it, failed keeps it held), decided at once if the
+        parent has completed; a known id is idempotent; an operator may cancel it while held."""
+        qi, parent = self._pick_request(data, lambda r: True)
+        rid, n = args["rid"], max(args["n"], 1)
+        opts = {k: args[k] for k in ("priority", "tenant", "concurrency", "max_attempts",
+                                     "lease_ms", "backoff_ms", "backoff_max_ms")}
+        q, m = self.queues[qi], self.models[qi]
+        payloads = self._payloads(rid, n)
+        before = self._script_start(qi)
+        res = q.submit_after(parent.rid, payloads, request_id=rid, **opts, handler="echo")
+        existing = m.requests.get(rid)
+        if existing:
+            assert res == Submitted(rid, False, existing.state, len(existing.tasks))
+            return
+        req = Request(rid, **opts, state="held", model=m)
+        m.requests[rid] = req
+        parent.then.append(rid)
+        if parent.state == "cancelled":
+            # Cancelled at once: completed with no dead letter, its stream is gone already.
+            req.tasks = {f"0-{i + 1}": Task(f"0-{i + 1}", p) for i, p in enumerate(payloads)}
+            m.cancel(req)
+        else:
+            self._learn(qi, req, payloads)
+        if parent.state == "done":
+            req.state = "active"
+        m.promote(self.now)
+        self._script_end(qi, before)
+        assert res == Submitted(rid, True, req.state, n)
+        if cancel and req.state == "held":
+            self._cancel(qi, req)
 
     @precondition(_any_request)
     @rule(data=st.data(), n=st.integers(0, 3), seal=st.booleans())
