@@ -1,0 +1,96 @@
+"""The README's walkthrough: its two `datajob submit` commands, read from the README itself,
+run on the nycflights13 sample data, and their output equals the same computation in pandas."""
+
+from __future__ import annotations
+
+import io
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from core.cli.datajob import build_spec, submit
+from core.management.commands.datajob import Command
+from core.pipeline import jobs
+from core.queue import Queue
+from core.sample import nycflights13
+from tests.pipeline_support import run_worker, spark_session  # noqa: F401  (fixtures)
+
+pytestmark = pytest.mark.slow
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def walkthrough_commands() -> list[list[str]]:
+    """Every `python manage.py datajob submit` of the README, as argument lists."""
+    text = README.read_text()
+    found = re.findall(r"^python manage\.py datajob submit (?:.*\\\n)*.*$", text, re.M)
+    return [shlex.split(cmd.replace("\\\n", " ")) for cmd in found]
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A checkout-like directory with var/sample written as `make run` writes it."""
+    root = tmp_path_factory.mktemp("walkthrough")
+    nycflights13.write_tables(root / "var" / "sample")
+    return root
+
+
+def run_readme_job(argv: list[str], root: Path, session: Any, q: Queue,
+                   monkeypatch: pytest.MonkeyPatch) -> pd.DataFrame:
+    monkeypatch.chdir(root)
+    o = vars(Command().create_parser("manage.py", "datajob").parse_args(argv[3:]))
+    assert o["wait"], "the README's command follows the job (--wait)"
+    spec = build_spec(input=o["input"], format=o["format"], output=o["output"],
+                      output_format=o["output_format"], sql=o["sql"], transform=o["transform"],
+                      combine_sql=o["combine_sql"], views=o["view"], chunks=o["chunks"],
+                      rows_per_chunk=o["rows_per_chunk"], session=session)
+    submit(spec, queue=q.name, options=jobs.QueueOptions(), stdout=io.StringIO(),
+           stderr=io.StringIO())
+    run_worker(q)
+    st = jobs.status(q, spec.job_id)
+    assert st.state == "done", st.failures
+    assert st.manifest["rows_in"] == 336_776
+    assert len(st.manifest["chunks"]) == o["chunks"]
+    [part] = Path(spec.output).glob("part-*.csv")
+    return pd.read_csv(part, keep_default_na=False)
+
+
+def test_the_readme_has_both_walkthrough_jobs() -> None:
+    commands = walkthrough_commands()
+    assert len(commands) == 2
+    assert any("--view" in c for c in commands)
+
+
+def test_mean_departure_delay_per_carrier_and_month_equals_pandas(
+    sample: Path, spark_session: Any, django_queue: Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    [argv] = [c for c in walkthrough_commands() if "--view" not in c]
+    got = run_readme_job(argv, sample, spark_session, django_queue, monkeypatch)
+    flights = pd.read_parquet(sample / "var/sample/flights.parquet")
+    want = (flights.groupby(["carrier", "month"], as_index=False)
+            .agg(mean_dep_delay=("dep_delay", "mean"), flights=("dep_delay", "count"))
+            .sort_values(["carrier", "month"], ignore_index=True))
+    assert list(got.columns) == list(want.columns)
+    assert got[["carrier", "month", "flights"]].equals(want[["carrier", "month", "flights"]])
+    # Spark rounds half up to 2 places; within that rounding of pandas' own mean
+    assert (got.mean_dep_delay - want.mean_dep_delay).abs().max() <= 0.005 + 1e-9
+    assert got.iloc[0].tolist() == ["9E", 1, 16.88, 1498]  # the README's first line
+
+
+def test_flights_per_manufacturer_equals_pandas(
+    sample: Path, spark_session: Any, django_queue: Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    [argv] = [c for c in walkthrough_commands() if "--view" in c]
+    got = run_readme_job(argv, sample, spark_session, django_queue, monkeypatch)
+    flights = pd.read_parquet(sample / "var/sample/flights.parquet")
+    planes = pd.read_parquet(sample / "var/sample/planes.parquet")
+    joined = flights.merge(planes, on="tailnum")
+    want = (joined.groupby("manufacturer", as_index=False).size()
+            .rename(columns={"size": "flights"})
+            .sort_values(["flights", "manufacturer"], ascending=[False, True],
+                         ignore_index=True))
+    pd.testing.assert_frame_equal(got, want, check_dtype=False)
+    assert got.iloc[0].tolist() == ["BOEING", 82912]
