@@ -94,3 +94,44 @@ def test_cancel_reaches_the_running_spark_job_and_no_output_is_marked_complete(
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(30) == 0
     (tmp_path / "hold").unlink()
+
+
+def jvm_of(worker_pid: int) -> int | None:
+    """The pid of the Spark JVM a worker started (its app name carries the worker's pid)."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if cmd and cmd[0].endswith(b"java") and f"queueadmin-worker-{worker_pid}".encode() \
+                in b" ".join(cmd):
+            return int(proc.name)
+    return None
+
+
+def test_a_dead_jvm_makes_the_worker_exit_and_its_chunk_runs_again(
+    spawn_worker: Any, live_queue: Queue, held_job: Any, tmp_path: Path
+) -> None:
+    spec, df = held_job
+    jobs.submit(live_queue, spec, jobs.QueueOptions(max_attempts=3))
+    first = start(spawn_worker, "w1")
+    wait_for(lambda: (tmp_path / "running").exists(), "chunk 1 to be mid-write")
+    jvm = jvm_of(first.pid)
+    assert jvm is not None
+    assert os.getsid(jvm) != os.getsid(first.pid)  # the JVM runs in a session of its own
+    os.kill(jvm, signal.SIGKILL)
+    assert first.wait(60) == 0  # it stopped itself, for its supervisor to start a fresh one
+    log = (tmp_path / "w1.log").read_text()
+    assert "spark JVM died in chunk 1 of job held1: stopping this worker" in log
+    assert "JvmDied: chunk 1 of job held1: the worker's Spark JVM died" in log
+    (tmp_path / "hold").unlink()
+    second = start(spawn_worker, "w2", "--burst")
+    assert second.wait(120) == 0, (tmp_path / "w2.log").read_text()[-3000:]
+    st = jobs.status(live_queue, spec.job_id)
+    assert st.state == "done", st.failures
+    assert st.manifest is not None
+    assert [c["attempt"] for c in st.manifest["chunks"]] == [1, 2, 1]
+    got = pd.read_parquet(spec.output).sort_values("id").reset_index(drop=True)
+    pd.testing.assert_frame_equal(got, df)

@@ -82,7 +82,7 @@ def base_conf(target: SparkTarget, *, app: str, local_dir: Path | None) -> dict[
         # The pipeline writes its own _SUCCESS, once the whole job's output is in place.
         "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
         "spark.hadoop.parquet.enable.summary-metadata": "false",
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOG4J}",
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J}",
     }
     if target.master.startswith("local"):
         conf["spark.driver.bindAddress"] = "127.0.0.1"
