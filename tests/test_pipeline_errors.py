@@ -1,0 +1,62 @@
+"""Spark's failures as messages a person can act on (no JVM needed: the messages are read
+from the exceptions' class names and texts, as Spark 4 writes them)."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.pipeline.errors import explain, jvm_died, short
+from core.pipeline.spec import JobSpec
+from core.pipeline.tasks import chunk_count
+
+
+def named(name: str, text: str) -> Exception:
+    return type(name, (Exception,), {})(text)
+
+
+JAVA_TRACE = ("\nJVM stacktrace:\norg.apache.spark.SparkException: x\n"
+              "\tat org.apache.spark.Foo.bar(Foo.scala:1)")
+
+
+@pytest.mark.parametrize(("exc", "want"), [
+    (named("ParseException", "[PARSE_SYNTAX_ERROR] Syntax error at or near 'SELEC'."
+           + JAVA_TRACE), "chunk 3 of job J: --sql does not parse: [PARSE_SYNTAX_ERROR]"),
+    (named("AnalysisException", "[UNRESOLVED_COLUMN.WITH_SUGGESTION] A column, variable, or "
+           "function parameter with name `dep_dely` cannot be resolved."),
+     "chunk 3 of job J: --sql names `dep_dely`, which the data does not have"),
+    (named("Py4JJavaError", "An error occurred while calling o77.save.\n: "
+           "java.lang.OutOfMemoryError: Java heap space"),
+     "chunk 3 of job J: Spark ran out of memory (An error occurred while calling o77.save. "
+     "java.lang.OutOfMemoryError: Java heap space). Split the input into more chunks"),
+    (named("SparkException", "[FAILED_READ_FILE.NO_HINT] Encountered error while reading "
+           "file file:/d/in.parquet."),
+     "chunk 3 of job J: an input file is corrupt or not in the format given (--format)"),
+    (named("Py4JNetworkError", "Answer from Java side is empty"),
+     "chunk 3 of job J: the worker's Spark JVM died (Answer from Java side is empty); the "
+     "worker exits for its supervisor to restart it"),
+    (ValueError("bad row 500"), "chunk 3 of job J: ValueError: bad row 500"),
+])
+def test_each_failure_says_what_to_change(exc: Exception, want: str) -> None:
+    message = explain(exc, where="chunk 3 of job J")
+    assert message.startswith(want), message
+    assert "JVM stacktrace" not in message and "at org.apache" not in message
+
+
+def test_short_keeps_the_first_lines_and_caps_the_length() -> None:
+    assert short(named("X", "one\n\ntwo\nthree\nfour" + JAVA_TRACE)) == "one two three"
+    assert len(short(named("X", "y" * 5000))) == 600
+
+
+def test_jvm_died_is_told_from_other_py4j_errors() -> None:
+    assert jvm_died(ConnectionRefusedError(111, "Connection refused"))
+    assert jvm_died(named("Py4JError", "An error occurred while trying to connect"))
+    assert not jvm_died(named("Py4JError", "Method foo does not exist"))
+    assert not jvm_died(named("Py4JJavaError", "java.lang.ArithmeticException"))
+
+
+def test_chunk_count_from_chunks_or_rows_per_chunk() -> None:
+    base = JobSpec(job_id="j", input="/i", format="parquet", output="/o", sql="SELECT 1")
+    assert chunk_count(base, 5_000_000) == 5  # a chunk per million rows by default
+    assert chunk_count(base, 0) == 1
+    assert chunk_count(JobSpec(**{**base.to_dict(), "chunks": 7}), 10) == 7
+    assert chunk_count(JobSpec(**{**base.to_dict(), "rows_per_chunk": 300}), 1000) == 4
