@@ -4,6 +4,7 @@ data, and a way to run a job to its end with an in-process worker."""
 
 from __future__ import annotations
 
+import atexit
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,16 +23,28 @@ from core.worker.runtime import Worker
 CARRIERS = ["AA", "B6", "DL", "UA", "WN"]
 
 
+_SHARED: list[Any] = []  # the one session of the run
+
+
+def _stop_shared() -> None:
+    spark.use_session(None)
+    while _SHARED:
+        _SHARED.pop().stop()
+
+
 @pytest.fixture(scope="session")
 def spark_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    session = spark.build_session(
-        spark.SparkTarget(master="local[2]", shuffle_partitions=1), app="queueadmin-tests",
-        local_dir=tmp_path_factory.mktemp("spark-local"),
-    )
-    spark.use_session(session)
-    yield session
-    spark.use_session(None)
-    session.stop()
+    """The run's one SparkSession, also the process's (the tasks use it). Each module that
+    imports this fixture gets its own session-scoped instance from pytest, so the session is
+    made once here and stopped once, when the run ends."""
+    if not _SHARED:
+        _SHARED.append(spark.build_session(
+            spark.SparkTarget(master="local[2]", shuffle_partitions=1), app="queueadmin-tests",
+            local_dir=tmp_path_factory.mktemp("spark-local"),
+        ))
+        atexit.register(_stop_shared)
+    spark.use_session(_SHARED[0])
+    yield _SHARED[0]
 
 
 @pytest.fixture
