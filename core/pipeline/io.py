@@ -40,9 +40,12 @@ def register_views(session: SparkSession, spec: JobSpec) -> None:
         read(session, path, view_format(path)).createOrReplaceTempView(name)
 
 
-def write(df: DataFrame, path: Path, fmt: str) -> None:
-    """One file (coalesce(1)) in `fmt` under the directory `path`, overwritten."""
-    w = df.coalesce(1).write.mode("overwrite").format(fmt)
+def write(df: DataFrame, path: Path, fmt: str, *, shuffle: bool = False) -> None:
+    """One file in `fmt` under the directory `path`, overwritten. shuffle=True when `df` is a
+    small slice of a big frame (a chunk filtered out of the whole input): repartition(1) keeps
+    the scan parallel, where coalesce(1) would run it in one task."""
+    one = df.repartition(1) if shuffle else df.coalesce(1)
+    w = one.write.mode("overwrite").format(fmt)
     if fmt == "csv":
         w = w.option("header", "true")
     w.save(str(path))

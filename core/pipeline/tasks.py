@@ -135,7 +135,7 @@ def split(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext) -> None:
                 tmp = io.temp_beside(target)
                 target.parent.mkdir(parents=True, exist_ok=True)
                 io.write(staged.filter(F.col("__qa_chunk") == k).drop("__qa_id", "__qa_chunk"),
-                         tmp, "parquet")
+                         tmp, "parquet", shuffle=True)
                 io.replace_dir(tmp, target)
                 q.add(spec.job_id, [jobs.payload("chunk", spec, chunk=k)])
         finally:
