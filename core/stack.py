@@ -33,6 +33,9 @@ from core.redis_server import pid_alive, start_redis
 from core.stack_lock import DataDirBusy, DataDirLock, lock_data_dir
 
 STOP_TIMEOUT_S = 10.0
+RESTART_LIMIT = 5  # exits in a row, each within QUICK_EXIT_S of its start, before giving up
+QUICK_EXIT_S = 30.0
+RESTART_DELAY_S = 1.0  # doubled after each quick exit
 POLL_S = 0.5
 LISTEN_TIMEOUT_S = 30.0
 ADMIN_USERNAME = "admin"
@@ -47,17 +50,26 @@ FSYNC_CHOICES = {
 
 @dataclass(frozen=True)
 class ChildSpec:
-    """A service the supervisor runs: its name (for messages) and command line."""
+    """A service the supervisor runs: its name (for messages) and command line. A child with
+    `restart` is started again when it exits (a worker stops itself when its Spark JVM dies,
+    and its leases are recovered); any other child's exit stops the stack."""
 
     name: str
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
+    restart: bool = False
 
 
 @dataclass
 class Child:
     name: str
     process: subprocess.Popen[bytes]
+    spec: ChildSpec | None = None
+    started: float = field(default_factory=time.monotonic)
+    # Exits soon after a start, in a row: each doubles the wait before the next start, and
+    # RESTART_LIMIT of them stop the stack (a worker that cannot start is not retried forever).
+    quick_exits: int = 0
+    restart_at: float | None = None  # when to start it again, while it is down
 
 
 class Stack:
@@ -130,6 +142,7 @@ class Stack:
                     sys.executable, "manage.py", "runworker", "--queue", "default",
                     "--grace", str(max(1.0, STOP_TIMEOUT_S - 3)),
                 ],
+                restart=True,
             )
             for i in range(1, self.workers + 1)
         ]
@@ -227,7 +240,7 @@ class Stack:
         elif not wanted and stored.exists():
             self.out.write(f"log in as {ADMIN_USERNAME}; its password is in {stored}\n")
 
-    def _spawn(self, spec: ChildSpec) -> None:
+    def _spawn(self, spec: ChildSpec, replacing: Child | None = None) -> None:
         env = {**os.environ, "REDIS_URL": self.redis_url, **spec.env}
         env.setdefault("DJANGO_SETTINGS_MODULE", "queueadmin.settings")
         # Each child in its own session: a terminal's Ctrl-C reaches only this supervisor, which
@@ -236,7 +249,11 @@ class Stack:
         process = subprocess.Popen(
             spec.argv, cwd=settings.BASE_DIR, env=env, start_new_session=True
         )
-        self.children.append(Child(spec.name, process))
+        if replacing is None:
+            self.children.append(Child(spec.name, process, spec))
+        else:  # same place in the list: the stop order stays workers first, Redis last
+            replacing.process, replacing.restart_at = process, None
+            replacing.started = time.monotonic()
         self.out.write(f"{spec.name} (pid {process.pid}) started\n")
 
     def _announce(self) -> None:
@@ -279,13 +296,36 @@ class Stack:
             self.stop_requested.set()
 
     def _check_children(self) -> None:
-        for child in self.children:
+        now = time.monotonic()
+        for child in list(self.children):
+            if child.restart_at is not None:
+                if now >= child.restart_at and child.spec is not None:
+                    self._spawn(child.spec, replacing=child)
+                continue
             code = child.process.poll()
-            if code is not None:
+            if code is None:
+                continue
+            spec = child.spec
+            if spec is None or not spec.restart:
                 raise CommandError(
                     f"{child.name} (pid {child.process.pid}) exited with code {code}; "
                     "stopped the rest of the stack (its output above says why)"
                 )
+            quick = now - child.started < QUICK_EXIT_S
+            child.quick_exits = child.quick_exits + 1 if quick else 0
+            if child.quick_exits >= RESTART_LIMIT:
+                raise CommandError(
+                    f"{child.name} (pid {child.process.pid}) exited with code {code}, the "
+                    f"{RESTART_LIMIT}th time in a row within {QUICK_EXIT_S:g} s of starting; "
+                    "stopped the rest of the stack (its output above says why)"
+                )
+            delay = RESTART_DELAY_S * 2 ** max(0, child.quick_exits - 1)
+            child.restart_at = now + delay
+            self.out.write(
+                f"{child.name} (pid {child.process.pid}) exited with code {code}; starting it "
+                f"again in {delay:g} s (its tasks are recovered when their leases expire)\n"
+            )
+            self.out.flush()
 
     # -- stopping -------------------------------------------------------------------------
 

@@ -198,6 +198,25 @@ def test_a_child_that_dies_stops_the_rest_and_fails(start_stack: StartStack) -> 
     stack.wait_for_line(r"gunicorn \(pid \d+\) exited with code -9")
 
 
+def test_a_worker_that_exits_is_started_again_and_the_stack_stays_up(
+    start_stack: StartStack,
+) -> None:
+    """A worker stops itself when its Spark JVM dies, for its supervisor to restart it: the
+    stack must not go down with it (any other child's death still stops everything)."""
+    stack = start_stack("--workers", "1", QA_REDIS_PORT=str(free_port()))
+    stack.wait_for_line(r"queueadmin is up")
+    first = stack.pid_of("worker-1")
+
+    os.kill(first, signal.SIGKILL)
+
+    stack.wait_for_line(rf"worker-1 \(pid {first}\) exited with code -9; starting it again")
+    second = int(stack.wait_for_line(rf"worker-1 \(pid (?!{first}\b)(\d+)\) started").group(1))
+    assert pid_alive(second) and stack.process.poll() is None
+    stack.process.send_signal(signal.SIGTERM)
+    assert stack.process.wait(30) == 0
+    assert _gone(second)
+
+
 @pytest.mark.slow
 def test_a_second_stack_on_the_same_var_dir_is_refused_at_once(start_stack: StartStack) -> None:
     first = start_stack(QA_REDIS_PORT=str(free_port()))
