@@ -70,6 +70,8 @@ class Request(models.Model):
             ("cancel_request", "Can cancel requests"),
             ("claim_task", "Can claim or release pending tasks and reclaim dead workers"),
             ("pause_queue", "Can pause and resume a queue"),
+            # The console's data job form (issue 9): granted by migration 0005.
+            ("submit_datajob", "Can submit data jobs"),
         ]
 
     def __str__(self) -> str:

@@ -1,7 +1,18 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from core.views import actions, audit, bulk, dead, overview, pending, requests, service, workers
+from core.views import (
+    actions,
+    audit,
+    bulk,
+    datajobs,
+    dead,
+    overview,
+    pending,
+    requests,
+    service,
+    workers,
+)
 
 app_name = "core"
 
@@ -14,6 +25,9 @@ urlpatterns = [
     path("dead/<str:queue_name>/<str:fingerprint>/", dead.group, name="dead_group"),
     path("workers/", workers.worker_list, name="workers"),
     path("audit/", audit.audit_log, name="audit"),
+    path("jobs/", datajobs.job_list, name="datajobs"),
+    path("jobs/submit/", datajobs.job_submit, name="datajob_submit"),
+    path("jobs/<str:queue_name>/<str:job_id>/", datajobs.job_detail, name="datajob"),
     path("actions/preview/", bulk.preview, name="bulk_preview"),
     path("actions/bulk/<int:bulk_id>/", bulk.show, name="bulk"),
     path("actions/bulk/<int:bulk_id>/confirm/", bulk.confirm, name="bulk_confirm"),

@@ -8,8 +8,9 @@
 | claim_task           | claim, release, reclaim            | operator admin  |
 | delete_deadletter    | delete                             | admin           |
 | pause_queue          | pause, resume                      | admin           |
+| submit_datajob       | the Data jobs page's submit form   | operator admin  |
 
-Granted through groups (migration 0004), never through is_staff or is_superuser alone (a
+Granted through groups (migrations 0004, 0005), never through is_staff or is_superuser alone (a
 superuser has every permission, as Django gives it).
 """
 
@@ -33,10 +34,11 @@ NEEDS = {
 # The roles' groups, as migration 0004 grants them (codenames of app core).
 GROUPS = {
     "viewer": ["view_console"],
-    "operator": ["view_console", "requeue_deadletter", "cancel_request", "claim_task"],
+    "operator": ["view_console", "requeue_deadletter", "cancel_request", "claim_task",
+                 "submit_datajob"],
     "admin": ["view_console", "requeue_deadletter", "cancel_request", "claim_task",
               "delete_deadletter", "pause_queue", "view_request", "view_deadletter",
-              "view_auditentry", "view_bulkaction"],
+              "view_auditentry", "view_bulkaction", "submit_datajob"],
 }
 
 
