@@ -1,0 +1,235 @@
+"""The data pipeline against plain PySpark, in the same run on the same data: nycflights13
+flights replicated to ~10M rows; mean departure delay per carrier and month as a queued data
+job (split into 8 chunks, 2 worker processes, combine) and as one plain PySpark job (read,
+group, write) in a local[*] session.
+
+    .venv/bin/python bench/bench_pipeline.py [--copies 30] [--rounds 2] [--json-only]
+
+Figures (JSON, then a table):
+- wall time of each, warm (the workers' and the plain session's JVMs already started; median
+  of --rounds), and their ratio (goal: queued within 1.3x of plain);
+- the queue's own overhead per chunk: dequeue (lease handed to the worker) to Spark start
+  (session handed to the chunk), and Spark end to the ack's return (goal: each under 10 ms);
+  timed inside the workers by bench/pipeline_worker.py;
+- a new worker's time from process start to its first chunk acked (JVM start included).
+
+Everything runs in a temporary directory on its own redis-server; nothing else is touched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "queueadmin.settings")
+
+SQL = ("SELECT carrier, month, sum(dep_delay) AS delay_sum, count(dep_delay) AS n "
+       "FROM chunk GROUP BY carrier, month")
+COMBINE = ("SELECT carrier, month, sum(delay_sum) / sum(n) AS mean_dep_delay, sum(n) AS flights "
+           "FROM parts GROUP BY carrier, month")
+PLAIN = ("SELECT carrier, month, avg(dep_delay) AS mean_dep_delay, count(dep_delay) AS flights "
+         "FROM flights GROUP BY carrier, month")
+CHUNKS, WORKERS, QUEUE = 8, 2, "bench"
+GOAL_RATIO, GOAL_OVERHEAD_MS = 1.3, 10.0
+
+
+def make_input(work: Path, copies: int) -> tuple[Path, int]:
+    import pyarrow.parquet as pq
+
+    from core.sample import nycflights13
+
+    nycflights13.write_tables(work / "sample", tables=("flights",))
+    one = pq.read_table(work / "sample" / "flights.parquet")
+    path = work / "flights10m.parquet"
+    with pq.ParquetWriter(path, one.schema) as w:
+        for _ in range(copies):
+            w.write_table(one, row_group_size=1_000_000)
+    return path, one.num_rows * copies
+
+
+def spawn_worker(name: str, env: dict[str, str], work: Path) -> subprocess.Popen[bytes]:
+    with open(work / f"{name}.log", "ab") as log:
+        return subprocess.Popen(
+            [sys.executable, str(ROOT / "bench" / "pipeline_worker.py"), "--queue", QUEUE,
+             "--name", name], cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log,
+            stderr=subprocess.STDOUT)
+
+
+def run_queued(q: Any, data: Path, out: Path, job_id: str) -> tuple[float, dict[str, Any]]:
+    from core.pipeline import jobs
+    from core.pipeline.spec import make_spec
+
+    spec = make_spec(job_id=job_id, input=str(data), format="parquet", output=str(out),
+                     sql=SQL, combine_sql=COMBINE, chunks=CHUNKS)
+    started = time.perf_counter()
+    jobs.submit(q, spec)
+    while True:
+        st = jobs.status(q, job_id)
+        if st.finished:
+            break
+        time.sleep(0.02)
+    wall = time.perf_counter() - started
+    if st.state != "done" or st.manifest is None:
+        raise SystemExit(f"queued job {job_id} ended {st.state}: {st.failures}")
+    return wall, st.manifest
+
+
+def run_plain(session: Any, data: Path, out: Path) -> float:
+    started = time.perf_counter()
+    session.read.parquet(str(data)).createOrReplaceTempView("flights")
+    session.sql(PLAIN).write.mode("overwrite").parquet(str(out))
+    return time.perf_counter() - started
+
+
+def overheads(timings: Path, job_ids: set[str], leases: dict[str, str]) -> dict[str, list[float]]:
+    """Per chunk task of the given jobs: dequeue -> Spark start and Spark end -> ack, in ms."""
+    ev: dict[str, dict[str, float]] = {}
+    for line in timings.read_text().splitlines():
+        e = json.loads(line)
+        ev.setdefault(e["lease"], {})[e["ev"]] = e["t"]
+        if e["ev"] == "spark_start":
+            ev[e["lease"]]["op_chunk"] = 1.0 if e.get("op") == "chunk" else 0.0
+    pre, post = [], []
+    for lease, e in ev.items():
+        if e.get("op_chunk") != 1.0 or leases.get(lease) not in job_ids:
+            continue
+        if {"lease", "spark_start", "spark_end", "ack"} <= e.keys():
+            pre.append((e["spark_start"] - e["lease"]) * 1000)
+            post.append((e["ack"] - e["spark_end"]) * 1000)
+    return {"dequeue_to_spark_ms": pre, "spark_to_ack_ms": post}
+
+
+def pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return round(xs[min(len(xs) - 1, int(p * len(xs)))], 2) if xs else float("nan")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--copies", type=int, default=30, help="flights replicated (30: 10.1M)")
+    ap.add_argument("--rounds", type=int, default=2, help="warm runs of each, median reported")
+    ap.add_argument("--json-only", action="store_true")
+    a = ap.parse_args()
+
+    import django
+
+    django.setup()
+    import redis
+
+    from core.pipeline import spark
+    from core.queue import Queue
+    from core.redis_server import start_redis
+
+    work = Path(tempfile.mkdtemp(prefix="qa-bench-pipeline-"))
+    data, rows = make_input(work, a.copies)
+    timings = work / "timings.jsonl"
+    procs: list[subprocess.Popen[bytes]] = []
+    session = None
+    server = start_redis(work / "redis", appendonly=False)
+    try:
+        q = Queue(redis.Redis.from_url(server.url, decode_responses=True), QUEUE,
+                  prefix="benchp")
+        env = os.environ | {"REDIS_URL": server.url, "QUEUE_PREFIX": "benchp",
+                            "QA_VAR_DIR": str(work / "var"), "BENCH_TIMINGS": str(timings),
+                            "SECRET_KEY": "bench"}
+        spawned = time.time()
+        procs = [spawn_worker(f"w{i}", env, work) for i in range(1, WORKERS + 1)]
+        cold_wall, _ = run_queued(q, data, work / "out-cold", "cold")
+        firsts = first_chunk_done(timings, spawned)
+        session = spark.build_session(spark.SparkTarget(master="local[*]"), app="bench-plain",
+                                      local_dir=work / "plain-local")
+        plain_cold = run_plain(session, data, work / "plain-cold")
+        queued, plain, manifests = [], [], []
+        for r in range(a.rounds):  # alternate, so a busy spell of the machine hits both
+            w, m = run_queued(q, data, work / f"out-{r}", f"warm{r}")
+            queued.append(w)
+            manifests.append(m)
+            plain.append(run_plain(session, data, work / f"plain-{r}"))
+        oh = overheads(timings, {f"warm{r}" for r in range(a.rounds)}, job_of_leases(timings))
+    finally:
+        if session is not None:
+            session.stop()
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        server.stop()
+    q_med, p_med = statistics.median(queued), statistics.median(plain)
+    m = manifests[-1]
+    result = {
+        "rows": rows, "chunks": CHUNKS, "workers": WORKERS, "cores": os.cpu_count(),
+        "rounds": a.rounds,
+        "queued_s": [round(x, 2) for x in queued], "plain_s": [round(x, 2) for x in plain],
+        "queued_median_s": round(q_med, 2), "plain_median_s": round(p_med, 2),
+        "ratio": round(q_med / p_med, 2), "goal_ratio": GOAL_RATIO,
+        "queued_cold_s": round(cold_wall, 2), "plain_cold_s": round(plain_cold, 2),
+        "last_job": {"chunk_seconds": m.get("chunk_seconds"),
+                     "combine_seconds": m.get("combine_seconds")},
+        "overhead_ms": {k: {"n": len(v), "p50": pct(v, 0.5), "max": pct(v, 1.0)}
+                        for k, v in oh.items()},
+        "goal_overhead_ms": GOAL_OVERHEAD_MS,
+        "new_worker_to_first_chunk_s": firsts,
+    }
+    print(json.dumps(result, indent=2))
+    if not a.json_only:
+        print_table(result)
+
+
+def job_of_leases(timings: Path) -> dict[str, str]:
+    """Lease token -> job id, from the worker logs' request ids in the lease events."""
+    out: dict[str, str] = {}
+    for line in timings.read_text().splitlines():
+        e = json.loads(line)
+        if e["ev"] == "spark_start" and "job" in e:
+            out[e["lease"]] = e["job"]
+    return out
+
+
+def first_chunk_done(timings: Path, spawned: float) -> dict[str, float]:
+    """Per worker process: seconds from its spawn to the ack of its first chunk."""
+    ev = [json.loads(line) for line in timings.read_text().splitlines()]
+    chunk_leases = {e["lease"]: e["pid"] for e in ev
+                    if e["ev"] == "spark_start" and e.get("op") == "chunk"}
+    firsts: dict[str, float] = {}
+    for e in ev:
+        if e["ev"] == "ack" and e["lease"] in chunk_leases:
+            key = f"pid {e['pid']}"
+            firsts.setdefault(key, round(e["t"] - spawned, 2))
+    return firsts
+
+
+def print_table(r: dict[str, Any]) -> None:
+    oh = r["overhead_ms"]
+    rows = [
+        ("input rows", f"{r['rows']:,}"),
+        ("queued job, warm (median s)", f"{r['queued_median_s']}  {r['queued_s']}"),
+        ("plain PySpark job, warm (median s)", f"{r['plain_median_s']}  {r['plain_s']}"),
+        ("ratio (goal <= 1.3)", f"{r['ratio']}"),
+        ("queued / plain, cold (s)", f"{r['queued_cold_s']} / {r['plain_cold_s']}"),
+        ("dequeue -> Spark start (ms, p50 / max)",
+         f"{oh['dequeue_to_spark_ms']['p50']} / {oh['dequeue_to_spark_ms']['max']}"),
+        ("Spark end -> ack (ms, p50 / max)",
+         f"{oh['spark_to_ack_ms']['p50']} / {oh['spark_to_ack_ms']['max']}"),
+        ("new worker: start -> first chunk (s)",
+         ", ".join(f"{v}" for v in r["new_worker_to_first_chunk_s"].values())),
+    ]
+    width = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        print(f"{k:<{width}}  {v}")
+
+
+if __name__ == "__main__":
+    main()
