@@ -10,6 +10,7 @@ the operator actions' own: the audit log and the bulk actions (core.ops).
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from django.conf import settings
@@ -117,6 +118,25 @@ class DeadLetter(models.Model):
 
     def __str__(self) -> str:
         return f"{self.queue}/{self.entry_id} {self.exception}"
+
+    @classmethod
+    def still_dead(
+        cls, queue: str, *, handler: str | None = None, tenant: str | None = None,
+        request_id: str | None = None, fingerprint: str | None = None,
+        since: dt.datetime | None = None, until: dt.datetime | None = None,
+    ) -> models.QuerySet[DeadLetter]:
+        """The queue's letters still in the dead stream, narrowed by what is given: what the
+        dead-letter pages list and what a bulk action on their filter snapshots, alike."""
+        rows = cls.objects.filter(queue=queue, resolution="")
+        for field, value in (("handler", handler), ("tenant", tenant),
+                             ("request_id", request_id), ("fingerprint", fingerprint)):
+            if value:
+                rows = rows.filter(**{field: value})
+        if since:
+            rows = rows.filter(dead_at__gte=since)
+        if until:
+            rows = rows.filter(dead_at__lt=until)
+        return rows
 
 
 class QueueSample(models.Model):

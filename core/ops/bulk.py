@@ -63,15 +63,12 @@ def _clean(action: str, filters: dict[str, str]) -> dict[str, str]:
 
 
 def _dead_rows(queue: str, f: dict[str, str]) -> QuerySet[DeadLetter]:
-    rows = DeadLetter.objects.filter(queue=queue, resolution="")
-    for key, field in (("handler", "handler"), ("tenant", "tenant"),
-                       ("request", "request_id"), ("fingerprint", "fingerprint")):
-        if key in f:
-            rows = rows.filter(**{field: f[key]})
-    if "since" in f:
-        rows = rows.filter(dead_at__gte=_when("since", f["since"]))
-    if "until" in f:
-        rows = rows.filter(dead_at__lt=_when("until", f["until"]))
+    rows = DeadLetter.still_dead(
+        queue, handler=f.get("handler"), tenant=f.get("tenant"), request_id=f.get("request"),
+        fingerprint=f.get("fingerprint"),
+        since=_when("since", f["since"]) if "since" in f else None,
+        until=_when("until", f["until"]) if "until" in f else None,
+    )
     return rows.order_by("dead_at", "id")
 
 

@@ -26,17 +26,8 @@ def _filtered(request: HttpRequest, queue: str) -> tuple[QuerySet[DeadLetter], d
     handler, tenant = params.text(q, "handler"), params.text(q, "tenant")
     rid = params.text(q, "request", 128)
     since, until = params.when(q, "since"), params.when(q, "until")
-    qs = DeadLetter.objects.filter(queue=queue, resolution="")
-    if handler:
-        qs = qs.filter(handler=handler)
-    if tenant:
-        qs = qs.filter(tenant=tenant)
-    if rid:
-        qs = qs.filter(request_id=rid)
-    if since:
-        qs = qs.filter(dead_at__gte=since)
-    if until:
-        qs = qs.filter(dead_at__lt=until)
+    qs = DeadLetter.still_dead(queue, handler=handler, tenant=tenant, request_id=rid,
+                               since=since, until=until)
     filters = {"handler": handler or "", "tenant": tenant or "", "request": rid or "",
                "since": q.get("since", ""), "until": q.get("until", "")}
     return qs, filters
