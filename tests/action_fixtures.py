@@ -11,23 +11,18 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Group, User
 from django.test import Client
 
 from core.models import DeadLetter
 from core.queue import Queue
 from tests.console_fixtures import HOSTILE, console  # noqa: F401
 from tests.mirror_support import mirror
-from tests.ops_support import ensure_roles
+from tests.ops_support import user
 
 
 def login(name: str, role: str | None) -> Client:
-    ensure_roles()  # the groups exactly as core.ops.perms.GROUPS (migration 0004) grants
-    user = User.objects.create_user(name)
-    if role:
-        user.groups.add(Group.objects.get(name=role))
     c = Client()
-    c.force_login(user)
+    c.force_login(user(name, role))  # in the groups exactly as core.ops.perms.GROUPS grants
     return c
 
 
