@@ -5,16 +5,21 @@ output, all escaped; the submit form for those allowed, checked like the CLI."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
 from django.test import Client
+from django.utils.html import escape
 
-from core.pipeline import jobs
+from core.models import AuditEntry
+from core.pipeline import jobs, transforms
 from core.pipeline.spec import make_spec
-from core.queue import Queue
+from core.queue import Queue, introspect
 from tests.action_fixtures import admin, operator, viewer  # noqa: F401  (fixtures)
 from tests.console_fixtures import HOSTILE, console  # noqa: F401  (fixtures)
 from tests.mirror_support import mirror
@@ -89,40 +94,175 @@ def test_an_unknown_or_malformed_job_is_a_404(console: Queue, viewer: Client) ->
     assert viewer.get("/jobs/?after=junk").status_code == 400
 
 
+def sample_input(tmp_path: Path) -> Path:
+    data = tmp_path / "in.parquet"
+    pd.DataFrame({"carrier": ["AA"], "tailnum": ["N1"]}).to_parquet(data, index=False)
+    return data
+
+
+def filled(tmp_path: Path, **change: str) -> dict[str, str]:
+    """A complete, acceptable form (blank optional fields), with `change` applied."""
+    form = {"input": str(sample_input(tmp_path)), "format": "parquet", "views": "",
+            "sql": "SELECT * FROM chunk", "transform": "", "combine_sql": "",
+            "output": str(tmp_path / "o"), "output_format": "parquet", "chunks": "",
+            "rows_per_chunk": "", "priority": "", "concurrency": "", "tenant": "",
+            "max_attempts": "", "request_id": ""}
+    return {**form, **change}
+
+
+@transforms.transform("console_test_passthrough")
+def passthrough(chunk: Any) -> Any:
+    return chunk
+
+
 def test_only_users_allowed_to_submit_see_the_form_and_may_post(
     console: Queue, viewer: Client, operator: Client, tmp_path: Path
 ) -> None:
-    data = tmp_path / "in.parquet"
-    pd.DataFrame({"carrier": ["AA"]}).to_parquet(data, index=False)
-    form = {"input": str(data), "format": "parquet", "sql": "SELECT * FROM chunk",
-            "output": str(tmp_path / "o"), "output_format": "csv", "chunks": "2", "views": ""}
+    form = filled(tmp_path, output_format="csv", chunks="2")
     assert viewer.post("/jobs/submit/", form).status_code == 403
+    refusal = AuditEntry.objects.get(action="datajob", actor="vera")
+    assert refusal.refused and "core.submit_datajob" in refusal.error
+    assert console.redis.keys(f"{console.keys.prefix}*datajob*") == []
     assert 'name="sql"' in operator.get("/jobs/").content.decode()
-    with pytest.warns(Warning):  # no worker announced the datajob handler
-        r = operator.post("/jobs/submit/", form)
+    r = operator.post("/jobs/submit/", form)
     assert r.status_code == 302
     job_id = r["Location"].split("/")[3]
     st = jobs.status(console, job_id)
     assert st.spec is not None and st.spec.chunks == 2 and st.spec.output_format == "csv"
+    entry = AuditEntry.objects.get(action="datajob", actor="otto")
+    assert entry.acted == 1 and not entry.refused and job_id in entry.target
+    # No worker runs data jobs in this test: the job's page says it will wait for one.
+    page = operator.get(r["Location"]).content.decode()
+    assert "No worker of queue &#x27;default&#x27; runs data jobs yet" in page
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    ({"input": "/nonexistent/x.parquet"}, "does not exist"),
-    ({"sql": ""}, "exactly one of --sql"),
-    ({"chunks": "0"}, "between 1 and"),
-    ({"chunks": "many"}, "a whole number"),
-    ({"views": "chunk=/tmp"}, "reserved"),
-    ({"format": "xml"}, "--format"),
+def test_every_field_reaches_the_spec_and_the_queue_options(
+    console: Queue, operator: Client, tmp_path: Path
+) -> None:
+    planes = tmp_path / "planes.parquet"
+    pd.DataFrame({"tailnum": ["N1"]}).to_parquet(planes, index=False)
+    out = tmp_path / "done-before"
+    out.mkdir()
+    (out / "_SUCCESS").touch()  # complete: only --overwrite may replace it
+    form = filled(
+        tmp_path, views=f"planes={planes}\r\n\r\n  airports={planes}  \r\n", output=str(out),
+        sql="SELECT c.carrier, count(*) AS n FROM chunk c JOIN planes p USING (tailnum) "
+            "GROUP BY c.carrier",
+        combine_sql="SELECT carrier, sum(n) AS n FROM parts GROUP BY carrier",
+        output_format="csv", rows_per_chunk="5000", priority="7", concurrency="2",
+        tenant="acme", max_attempts="5", request_id="console-job-1", overwrite="on")
+    r = operator.post("/jobs/submit/", form)
+    assert r.status_code == 302, r.content.decode()
+    assert r["Location"] == "/jobs/default/console-job-1/?queue=default"
+    st = jobs.status(console, "console-job-1")
+    assert st.spec is not None
+    assert st.spec.views == {"planes": str(planes), "airports": str(planes)}
+    assert st.spec.combine_sql == form["combine_sql"] and st.spec.sql == form["sql"]
+    assert st.spec.output_format == "csv" and st.spec.overwrite is True
+    assert st.spec.rows_per_chunk == 5000 and st.spec.chunks is None
+    for rid in ("console-job-1", "console-job-1.combine"):
+        info = introspect.request(console, rid)
+        assert info is not None
+        assert (info.priority, info.tenant, info.max_attempts) == (7, "acme", 5)
+    assert introspect.request(console, "console-job-1").concurrency == 2  # type: ignore[union-attr]
+    # The same form again: the id exists, nothing changes, and the page says so.
+    again = operator.post("/jobs/submit/", form, follow=True).content.decode()
+    assert "Data job console-job-1 was submitted before: nothing changed." in again
+
+
+def test_a_registered_transform_is_offered_and_replaces_the_sql(
+    console: Queue, operator: Client, tmp_path: Path
+) -> None:
+    html = operator.get("/jobs/").content.decode()
+    assert "<option>console_test_passthrough</option>" in html
+    r = operator.post("/jobs/submit/", filled(tmp_path, sql="",
+                                              transform="console_test_passthrough"))
+    assert r.status_code == 302
+    st = jobs.status(console, r["Location"].split("/")[3])
+    assert st.spec is not None and st.spec.transform == "console_test_passthrough"
+    assert st.spec.sql is None
+
+
+@pytest.mark.parametrize(("change", "field", "message"), [
+    ({"input": "/nonexistent/x.parquet"}, "input", "does not exist"),
+    ({"input": ""}, "input", "--input is required"),
+    ({"output": "  "}, "output", "--output is required"),
+    ({"sql": ""}, "sql", "give exactly one of --sql"),
+    ({"transform": "console_test_passthrough"}, "sql", "give exactly one of --sql"),
+    ({"sql": "", "transform": "no_such"}, "transform", "--transform &#x27;no_such&#x27; is not"),
+    ({"chunks": "0"}, "chunks", "--chunks 0: between 1 and"),
+    ({"chunks": "many"}, "chunks", "a whole number"),
+    ({"chunks": "2", "rows_per_chunk": "10"}, "chunks", "give --chunks or --rows-per-chunk"),
+    ({"rows_per_chunk": "0"}, "rows_per_chunk", "--rows-per-chunk 0: at least 1"),
+    ({"views": "chunk=/tmp"}, "views", "reserved"),
+    ({"views": "planes"}, "views", "expected NAME=PATH"),
+    ({"views": "planes=/nonexistent/p.parquet"}, "views", "no such file or directory"),
+    ({"format": "xml"}, "format", "--format"),
+    ({"output_format": "json"}, "output_format", "--output-format"),
+    ({"priority": "100"}, "priority", "--priority must be between 0 and 99, got 100"),
+    ({"priority": "high"}, "priority", "--priority &#x27;high&#x27;: a whole number"),
+    ({"concurrency": "0"}, "concurrency", "--concurrency must be between 1 and"),
+    ({"max_attempts": "-1"}, "max_attempts", "--max-attempts must be between 1 and 1000"),
+    ({"tenant": "acme corp"}, "tenant", "--tenant: invalid tenant"),
+    ({"request_id": "a/b"}, "request_id", "--request-id: invalid request id"),
+    ({"request_id": "x" * 121}, "request_id", "at most 120 characters"),
 ])
 def test_the_form_refuses_what_the_cli_refuses_and_queues_nothing(
-    console: Queue, operator: Client, tmp_path: Path, change: dict[str, str], message: str
+    console: Queue, operator: Client, tmp_path: Path, change: dict[str, str], field: str,
+    message: str,
 ) -> None:
-    data = tmp_path / "in.parquet"
-    pd.DataFrame({"carrier": ["AA"]}).to_parquet(data, index=False)
-    form = {"input": str(data), "format": "parquet", "sql": "SELECT * FROM chunk",
-            "output": str(tmp_path / "o"), "output_format": "parquet", "chunks": "",
-            "views": "", **change}
+    form = filled(tmp_path, **change)
+    r = operator.post("/jobs/submit/", form)
+    html = r.content.decode()
+    assert r.status_code == 400
+    assert "Not submitted" in html
+    # The message beside the field it is about, which is marked and focused.
+    marked = re.search(r'<label class="[^"]*invalid[^"]*">.*?</label>', html, re.S)
+    assert marked is not None and f'name="{field}"' in marked.group(0)
+    assert message in marked.group(0) and 'aria-invalid="true"' in marked.group(0)
+    assert console.redis.keys(f"{console.keys.prefix}*datajob*") == []
+    assert not AuditEntry.objects.filter(action="datajob").exists()
+
+
+def test_a_refused_form_keeps_what_was_typed(
+    console: Queue, operator: Client, tmp_path: Path
+) -> None:
+    typed = filled(tmp_path, views="planes=/nope.parquet\r\nairports=/a.parquet",
+                   sql="SELECT carrier <b>x</b> FROM chunk", combine_sql="SELECT * FROM parts",
+                   output_format="csv", rows_per_chunk="1000", priority="9", concurrency="3",
+                   tenant="acme", max_attempts="4", request_id="kept-1", overwrite="on",
+                   format="csv")
+    r = operator.post("/jobs/submit/", typed)
+    html = r.content.decode()
+    assert r.status_code == 400 and "no such file or directory" in html
+    for name in ("input", "output", "rows_per_chunk", "priority", "concurrency", "tenant",
+                 "max_attempts", "request_id"):
+        assert f'name="{name}" value="{escape(typed[name])}"' in html, name
+    assert f"{escape(typed['views'])}</textarea>" in html
+    assert f"{escape(typed['sql'])}</textarea>" in html and "<b>x</b>" not in html
+    assert "SELECT * FROM parts</textarea>" in html
+    assert '<option selected>csv</option>' in html  # the format and the output format
+    assert html.count("<option selected>csv</option>") == 2
+    assert 'name="overwrite" checked' in html
+
+
+@pytest.mark.parametrize(("cli", "change"), [
+    (["--sql", "SELECT 1 FROM chunk", "--transform", "console_test_passthrough"],
+     {"transform": "console_test_passthrough"}),
+    ([], {"sql": ""}),
+    (["--sql", "SELECT 1 FROM chunk", "--chunks", "2", "--rows-per-chunk", "9"],
+     {"chunks": "2", "rows_per_chunk": "9"}),
+    (["--sql", "SELECT 1 FROM chunk", "--priority", "120"], {"priority": "120"}),
+    (["--sql", "SELECT 1 FROM chunk", "--tenant", "a b"], {"tenant": "a b"}),
+])
+def test_the_form_and_the_cli_say_the_same_words(
+    console: Queue, operator: Client, tmp_path: Path, cli: list[str], change: dict[str, str]
+) -> None:
+    form = filled(tmp_path, **change)
+    with pytest.raises(CommandError) as refused:
+        call_command("datajob", "submit", "--input", form["input"], "--format", "parquet",
+                     "--output", form["output"], *cli)
+    said = str(refused.value).removeprefix("data job refused: ")
     r = operator.post("/jobs/submit/", form)
     assert r.status_code == 400
-    assert message in r.content.decode()
-    assert console.redis.keys(f"{console.keys.prefix}*datajob*") == []
+    assert escape(said) in r.content.decode()

@@ -65,10 +65,20 @@ def test_refusals_that_need_no_spark(
     assert keys_under(redis_client, prefix) == []  # nothing queued
 
 
-def test_datajob_command_needs_exactly_one_of_sql_and_transform(tmp_path: Path) -> None:
-    with pytest.raises(CommandError, match="one of the arguments --sql --transform"):
+@pytest.mark.parametrize("how", [[], ["--sql", "SELECT 1 FROM chunk", "--transform", "t"]])
+def test_datajob_command_needs_exactly_one_of_sql_and_transform(
+    tmp_path: Path, how: list[str]
+) -> None:
+    # core.pipeline.submission's words, not argparse's: the console's form says the same.
+    with pytest.raises(CommandError, match=r"give exactly one of --sql .* and --transform NAME"):
         call_command("datajob", "submit", "--input", "x", "--format", "parquet",
-                     "--output", str(tmp_path / "o"))
+                     "--output", str(tmp_path / "o"), *how)
+
+
+def test_datajob_command_checks_queue_options_before_spark(tmp_path: Path) -> None:
+    with pytest.raises(CommandError, match="--priority must be between 0 and 99, got 100"):
+        call_command("datajob", "submit", "--input", "x", "--format", "parquet",
+                     "--output", str(tmp_path / "o"), "--sql", "SELECT 1", "--priority", "100")
 
 
 @pytest.mark.slow

@@ -19,13 +19,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from core.cli import command_errors
 from core.conf import get_queue
-from core.pipeline import jobs, spark, transforms
+from core.pipeline import jobs, spark, submission
 from core.pipeline.check import check_with_spark
-from core.pipeline.spec import MANIFEST, JobSpec, SpecError, make_spec, parse_views
+from core.pipeline.spec import MANIFEST, JobSpec, SpecError
 from core.queue import Queue
 from core.queue.errors import UnknownHandlerWarning
 from core.queue.keys import validate_id
-from core.queue.produce import new_request_id
 
 
 @contextmanager
@@ -44,21 +43,18 @@ def check_session() -> Iterator[Any]:
 def build_spec(
     *, input: str, format: str, output: str, output_format: str = "parquet",
     sql: str | None = None, transform: str | None = None, combine_sql: str | None = None,
-    views: list[str] | None = None, chunks: int | None = None,
-    rows_per_chunk: int | None = None, overwrite: bool = False, request_id: str | None = None,
-    session: Any = None,
+    views: list[str] | None = None, chunks: int | str | None = None,
+    rows_per_chunk: int | str | None = None, overwrite: bool = False,
+    request_id: str | None = None, session: Any = None,
 ) -> JobSpec:
-    """The job's spec after every check (Spark's on `session`, or on a session of its own):
-    CommandError with a message saying what to change, and nothing queued."""
+    """The job's spec after every check (core.pipeline.submission's, the console's too; then
+    Spark's on `session`, or on a session of its own): CommandError with a message saying
+    what to change, and nothing queued."""
     try:
-        job_id = validate_id(request_id, "request id") if request_id else new_request_id()
-        if len(job_id) > 120:
-            raise SpecError(f"--request-id {job_id!r}: at most 120 characters for a data job")
-        transforms.load_modules()
-        spec = make_spec(job_id=job_id, input=input, format=format, output=output,
-                         output_format=output_format, sql=sql, transform=transform,
-                         combine_sql=combine_sql, views=parse_views(views or []), chunks=chunks,
-                         rows_per_chunk=rows_per_chunk, overwrite=overwrite)
+        spec = submission.job_spec(
+            input=input, format=format, output=output, output_format=output_format, sql=sql,
+            transform=transform, combine_sql=combine_sql, views=views or [], chunks=chunks,
+            rows_per_chunk=rows_per_chunk, overwrite=overwrite, request_id=request_id)
         if session is not None:
             check_with_spark(session, spec)
         else:
@@ -67,6 +63,17 @@ def build_spec(
     except (SpecError, ValueError) as exc:
         raise CommandError(f"data job refused: {exc}") from exc
     return spec
+
+
+def queue_options(*, priority: int | str | None = None, concurrency: int | str | None = None,
+                  tenant: str | None = None,
+                  max_attempts: int | str | None = None) -> jobs.QueueOptions:
+    """The job's queue options, checked as the console checks them; CommandError if not."""
+    try:
+        return submission.queue_options(priority=priority, concurrency=concurrency,
+                                        tenant=tenant, max_attempts=max_attempts)
+    except SpecError as exc:
+        raise CommandError(f"data job refused: {exc}") from exc
 
 
 def submit(

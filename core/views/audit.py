@@ -15,7 +15,8 @@ from core.ops import audit
 
 from .common import console_page, page
 
-ACTIONS = ("requeue", "delete", "cancel", "claim", "release", "reclaim", "pause", "resume")
+ACTIONS = ("requeue", "delete", "cancel", "claim", "release", "reclaim", "pause", "resume",
+           "datajob")
 PAGE = 50
 
 

@@ -6,28 +6,45 @@ on the job's page). The job's requests stay ordinary requests on every other pag
 
 from __future__ import annotations
 
+import re
+import warnings
 from typing import Any
 
+from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
+from core.conf import DEFAULT_QUEUE
 from core.console import datajobs
 from core.console.paging import db_cursor, keyset
 from core.console.queues import queue_from
 from core.models import Request
-from core.pipeline import jobs, transforms
-from core.pipeline.spec import FORMATS, OUTPUT_FORMATS, SpecError, make_spec, parse_views
-from core.queue.errors import InvalidInput
+from core.ops import audit
+from core.ops.audit import as_actor
+from core.pipeline import jobs, submission, transforms
+from core.pipeline.jobs import QueueOptions
+from core.pipeline.spec import FORMATS, OUTPUT_FORMATS, JobSpec, SpecError
+from core.queue.errors import InvalidInput, UnknownHandlerWarning
 from core.queue.keys import validate_id
-from core.queue.produce import new_request_id
 
 from .common import PERMISSION, console_page, page
 
 SUBMIT_PERMISSION = "core.submit_datajob"
 PAGE = 20
-FIELDS = ("input", "format", "views", "sql", "combine_sql", "output", "output_format", "chunks")
+AUDIT_ACTION = "datajob"
+# The form's fields (text as typed; `overwrite` is a checkbox) and the CLI option each stands
+# for: the refusals name options, the page shows the message at the field.
+OPTION_FIELDS = {
+    "--input": "input", "--format": "format", "--view": "views", "--sql": "sql",
+    "--transform": "transform", "--combine-sql": "combine_sql", "--output": "output",
+    "--output-format": "output_format", "--chunks": "chunks",
+    "--rows-per-chunk": "rows_per_chunk", "--priority": "priority",
+    "--concurrency": "concurrency", "--tenant": "tenant", "--max-attempts": "max_attempts",
+    "--request-id": "request_id", "--overwrite": "output",
+}
+FIELDS = tuple(f for f in dict.fromkeys(OPTION_FIELDS.values()))
 
 
 @console_page
@@ -68,40 +85,75 @@ def job_detail(request: HttpRequest, queue_name: str, job_id: str) -> HttpRespon
 
 @require_POST
 def job_submit(request: HttpRequest) -> HttpResponse:
-    if not request.user.has_perm(PERMISSION) or not request.user.has_perm(SUBMIT_PERMISSION):
+    actor = as_actor(request.user)
+    if not request.user.has_perm(PERMISSION) or not audit.may(actor, SUBMIT_PERMISSION):
+        audit.record(actor, AUDIT_ACTION, request.GET.get("queue") or DEFAULT_QUEUE,
+                     target="a data job (console form)", count=1, refused=True,
+                     error=f"{actor.name} lacks the permission {SUBMIT_PERMISSION}")
         raise PermissionDenied
     queue = queue_from(request)
-    form = {f: request.POST.get(f, "").strip() for f in FIELDS}
+    form = _posted(request)
     try:
-        spec = _spec(form)
+        spec, options = _checked(form)
     except SpecError as exc:
-        context: dict[str, Any] = {"jobs": [], "paged": None, "form": _blank_form() | form,
-                   "error": str(exc), "can_submit": True}
+        context: dict[str, Any] = {
+            "jobs": [], "paged": None, "form": _blank_form() | form, "error": str(exc),
+            "error_field": _field_of(str(exc)), "can_submit": True,
+        }
         return page(request, "core/datajobs.html", queue, context, nav="datajobs",
                     status=400, live=False)
-    jobs.submit(queue, spec)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UnknownHandlerWarning)
+        created = jobs.submit(queue, spec, options)
+    audit.record(actor, AUDIT_ACTION, queue.name,
+                 target=f"data job {spec.job_id}: {spec.input} -> {spec.output}", count=1,
+                 acted=int(created), skipped=int(not created))
+    if not created:
+        messages.info(request, f"Data job {spec.job_id} was submitted before: nothing changed.")
+    if caught:
+        messages.warning(request, f"No worker of queue {queue.name!r} runs data jobs yet "
+                                  f"(handler {jobs.HANDLER!r}): the job waits until one starts.")
     url = reverse("core:datajob", args=[queue.name, spec.job_id])
     return HttpResponseRedirect(f"{url}?queue={queue.name}")
 
 
-def _spec(form: dict[str, str]) -> Any:
-    """The checks of `datajob submit` that need no Spark, on the form's fields."""
-    if not form["input"] or not form["output"]:
-        raise SpecError("input and output are required")
-    chunks = None
-    if form["chunks"]:
-        if not form["chunks"].isdecimal() or len(form["chunks"]) > 6:
-            raise SpecError(f"chunks {form['chunks']!r}: a whole number")
-        chunks = int(form["chunks"])
-    transforms.load_modules()
-    return make_spec(
-        job_id=new_request_id(), input=form["input"], format=form["format"],
-        output=form["output"], output_format=form["output_format"] or "parquet",
-        sql=form["sql"] or None, combine_sql=form["combine_sql"] or None,
-        views=parse_views(form["views"].split()), chunks=chunks,
-    )
+def _posted(request: HttpRequest) -> dict[str, Any]:
+    """The form's fields as typed (stripped), to check and to show again."""
+    form: dict[str, Any] = {f: request.POST.get(f, "").strip() for f in FIELDS}
+    form["overwrite"] = request.POST.get("overwrite") == "on"
+    return form
+
+
+def _checked(form: dict[str, Any]) -> tuple[JobSpec, QueueOptions]:
+    """The form through the checks `datajob submit` makes (core.pipeline.submission), all
+    but Spark's analysis of the SQL; a blank field is an option not given."""
+    options = submission.queue_options(
+        priority=form["priority"], concurrency=form["concurrency"], tenant=form["tenant"],
+        max_attempts=form["max_attempts"])
+    spec = submission.job_spec(
+        input=form["input"], format=form["format"], output=form["output"],
+        output_format=form["output_format"] or "parquet", sql=form["sql"] or None,
+        transform=form["transform"] or None, combine_sql=form["combine_sql"] or None,
+        views=[v.strip() for v in form["views"].splitlines() if v.strip()],
+        chunks=form["chunks"], rows_per_chunk=form["rows_per_chunk"],
+        overwrite=form["overwrite"], request_id=form["request_id"] or None)
+    return spec, options
+
+
+def _field_of(message: str) -> str | None:
+    """The form field a refusal is about: the first CLI option its message names."""
+    for field in ("input", "output"):
+        if message.startswith(f"{field} "):
+            return field
+    m = re.search(r"--[a-z]+(?:-[a-z]+)*", message)
+    return OPTION_FIELDS.get(m.group(0)) if m else None
 
 
 def _blank_form() -> dict[str, Any]:
-    return {f: "" for f in FIELDS} | {"format": "parquet", "output_format": "parquet",
-                                      "formats": FORMATS, "output_formats": OUTPUT_FORMATS}
+    transforms.load_modules()  # registered transforms, as `datajob submit` sees them
+    d = QueueOptions()
+    return {f: "" for f in FIELDS} | {
+        "format": "parquet", "output_format": "parquet", "overwrite": False,
+        "formats": FORMATS, "output_formats": OUTPUT_FORMATS, "transforms": transforms.names(),
+        "defaults": d,
+    }

@@ -9,8 +9,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from core.cli import raw_stream
-from core.cli.datajob import build_spec, show, submit
-from core.pipeline.jobs import QueueOptions
+from core.cli.datajob import build_spec, queue_options, show, submit
 
 
 class Command(BaseCommand):
@@ -29,24 +28,26 @@ class Command(BaseCommand):
         s.add_argument("--view", action="append", default=[], metavar="NAME=PATH",
                        help="an extra read-only table for the SQL (format from the name: "
                             ".csv, .json, else Parquet); repeat for several")
-        how = s.add_mutually_exclusive_group(required=True)
-        how.add_argument("--sql", help="Spark SQL over the view `chunk`, run on every chunk")
-        how.add_argument("--transform", metavar="NAME",
-                         help="a @transform(\"NAME\") function of QA_HANDLER_MODULES")
+        # --sql or --transform, --chunks or --rows-per-chunk: one of each pair, checked by
+        # core.pipeline.submission (not by argparse), so the console's form says the same.
+        s.add_argument("--sql", help="Spark SQL over the view `chunk`, run on every chunk "
+                                     "(or --transform)")
+        s.add_argument("--transform", metavar="NAME",
+                       help="a @transform(\"NAME\") function of QA_HANDLER_MODULES (or --sql)")
         s.add_argument("--combine-sql", help="Spark SQL over the view `parts` (every chunk's "
                                              "result), run once at the end")
         s.add_argument("--output", required=True, help="output directory")
         s.add_argument("--output-format", default="parquet", choices=["parquet", "csv"])
-        size = s.add_mutually_exclusive_group()
-        size.add_argument("--chunks", type=int, help="number of chunks")
-        size.add_argument("--rows-per-chunk", type=int,
-                          help="target rows per chunk (default 1,000,000)")
+        s.add_argument("--chunks", type=int, help="number of chunks (or --rows-per-chunk)")
+        s.add_argument("--rows-per-chunk", type=int,
+                       help="target rows per chunk (default 1,000,000)")
         s.add_argument("--queue", "-q", help="queue name (default: default)")
-        s.add_argument("--priority", "-p", type=int, default=50, help="0-99 (default 50)")
-        s.add_argument("--concurrency", "-c", type=int, default=1_000_000,
+        # Defaults: core.pipeline.jobs.QueueOptions'.
+        s.add_argument("--priority", "-p", type=int, help="0-99 (default 50)")
+        s.add_argument("--concurrency", "-c", type=int,
                        help="most chunks running at once (default: no limit)")
-        s.add_argument("--tenant", default="default", help="client (fair share)")
-        s.add_argument("--max-attempts", type=int, default=3,
+        s.add_argument("--tenant", help="client (fair share; default: default)")
+        s.add_argument("--max-attempts", type=int,
                        help="attempts per chunk before its dead letter (default 3)")
         s.add_argument("--request-id", help="the job's id (resubmitting it changes nothing)")
         s.add_argument("--wait", action="store_true",
@@ -65,6 +66,8 @@ class Command(BaseCommand):
             return
         if o["timeout"] is not None and not o["wait"]:
             raise CommandError("--timeout applies only with --wait")
+        options = queue_options(priority=o["priority"], concurrency=o["concurrency"],
+                                tenant=o["tenant"], max_attempts=o["max_attempts"])
         spec = build_spec(
             input=o["input"], format=o["format"], output=o["output"],
             output_format=o["output_format"], sql=o["sql"], transform=o["transform"],
@@ -72,7 +75,5 @@ class Command(BaseCommand):
             rows_per_chunk=o["rows_per_chunk"], overwrite=o["overwrite"],
             request_id=o["request_id"],
         )
-        options = QueueOptions(priority=o["priority"], concurrency=o["concurrency"],
-                               tenant=o["tenant"], max_attempts=o["max_attempts"])
         submit(spec, queue=o["queue"], options=options, wait=o["wait"], timeout=o["timeout"],
                stdout=out, stderr=err)
