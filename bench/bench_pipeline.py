@@ -1,13 +1,14 @@
 """The data pipeline against plain PySpark, in the same run on the same data: nycflights13
-flights replicated to ~10M rows; mean departure delay per carrier and month as a queued data
-job (split into 8 chunks, 2 worker processes, combine) and as one plain PySpark job (read,
-group, write) in a local[*] session.
+flights replicated to ~10M rows, in two layouts (one file of 30 row groups; a directory of 30
+files); mean departure delay per carrier and month as a queued data job (split into 8 chunks,
+2 worker processes, combine) and as one plain PySpark job (read, group, write) in a local[*]
+session.
 
     .venv/bin/python bench/bench_pipeline.py [--copies 30] [--rounds 2] [--json-only]
 
 Figures (JSON, then a table):
-- wall time of each, warm (the workers' and the plain session's JVMs already started; median
-  of --rounds), and their ratio (goal: queued within 1.3x of plain);
+- wall time of each, per layout, warm (the workers' and the plain session's JVMs already
+  started; median of --rounds), and their ratio (goal: queued within 1.3x of plain);
 - the queue's own overhead per chunk: dequeue (lease handed to the worker) to Spark start
   (session handed to the chunk), and Spark end to the ack's return (goal: each under 10 ms);
   timed inside the workers by bench/pipeline_worker.py;
@@ -43,18 +44,22 @@ CHUNKS, WORKERS, QUEUE = 8, 2, "bench"
 GOAL_RATIO, GOAL_OVERHEAD_MS = 1.3, 10.0
 
 
-def make_input(work: Path, copies: int) -> tuple[Path, int]:
+def make_input(work: Path, copies: int) -> tuple[dict[str, Path], int]:
+    """The same rows in two layouts: one file of `copies` row groups, and a directory of
+    `copies` files (as Spark and most tools write a dataset)."""
     import pyarrow.parquet as pq
 
     from core.sample import nycflights13
 
     nycflights13.write_tables(work / "sample", tables=("flights",))
     one = pq.read_table(work / "sample" / "flights.parquet")
-    path = work / "flights10m.parquet"
-    with pq.ParquetWriter(path, one.schema) as w:
-        for _ in range(copies):
+    single, many = work / "flights10m.parquet", work / "flights10m"
+    many.mkdir()
+    with pq.ParquetWriter(single, one.schema) as w:
+        for i in range(copies):
             w.write_table(one, row_group_size=1_000_000)
-    return path, one.num_rows * copies
+            pq.write_table(one, many / f"part-{i:05d}.parquet")
+    return {"one file": single, "directory of files": many}, one.num_rows * copies
 
 
 def spawn_worker(name: str, env: dict[str, str], work: Path) -> subprocess.Popen[bytes]:
@@ -131,7 +136,7 @@ def main() -> None:
     from core.redis_server import start_redis
 
     work = Path(tempfile.mkdtemp(prefix="qa-bench-pipeline-"))
-    data, rows = make_input(work, a.copies)
+    layouts, rows = make_input(work, a.copies)
     timings = work / "timings.jsonl"
     procs: list[subprocess.Popen[bytes]] = []
     session = None
@@ -144,18 +149,24 @@ def main() -> None:
                             "SECRET_KEY": "bench"}
         spawned = time.time()
         procs = [spawn_worker(f"w{i}", env, work) for i in range(1, WORKERS + 1)]
-        cold_wall, _ = run_queued(q, data, work / "out-cold", "cold")
+        first = layouts["one file"]
+        cold_wall, _ = run_queued(q, first, work / "out-cold", "cold")
         firsts = first_chunk_done(timings, spawned)
         session = spark.build_session(spark.SparkTarget(master="local[*]"), app="bench-plain",
                                       local_dir=work / "plain-local")
-        plain_cold = run_plain(session, data, work / "plain-cold")
-        queued, plain, manifests = [], [], []
-        for r in range(a.rounds):  # alternate, so a busy spell of the machine hits both
-            w, m = run_queued(q, data, work / f"out-{r}", f"warm{r}")
-            queued.append(w)
-            manifests.append(m)
-            plain.append(run_plain(session, data, work / f"plain-{r}"))
-        oh = overheads(timings, {f"warm{r}" for r in range(a.rounds)}, job_of_leases(timings))
+        plain_cold = run_plain(session, first, work / "plain-cold")
+        queued: dict[str, list[float]] = {name: [] for name in layouts}
+        plain: dict[str, list[float]] = {name: [] for name in layouts}
+        manifests: dict[str, dict[str, Any]] = {}
+        warm: set[str] = set()
+        for r in range(a.rounds):  # alternate, so a busy spell of the machine hits all
+            for i, (name, data) in enumerate(layouts.items()):
+                job = f"warm{r}-{i}"
+                w, manifests[name] = run_queued(q, data, work / f"out-{job}", job)
+                queued[name].append(w)
+                warm.add(job)
+                plain[name].append(run_plain(session, data, work / f"plain-{job}"))
+        oh = overheads(timings, warm, job_of_leases(timings))
     finally:
         if session is not None:
             session.stop()
@@ -167,17 +178,22 @@ def main() -> None:
             except subprocess.TimeoutExpired:
                 p.kill()
         server.stop()
-    q_med, p_med = statistics.median(queued), statistics.median(plain)
-    m = manifests[-1]
+    per_layout = {}
+    for name in layouts:
+        q_med, p_med = statistics.median(queued[name]), statistics.median(plain[name])
+        m = manifests[name]
+        per_layout[name] = {
+            "queued_s": [round(x, 2) for x in queued[name]],
+            "plain_s": [round(x, 2) for x in plain[name]],
+            "queued_median_s": round(q_med, 2), "plain_median_s": round(p_med, 2),
+            "ratio": round(q_med / p_med, 2), "split": m.get("split"),
+            "chunk_seconds_sum": m.get("chunk_seconds"),
+            "combine_seconds": m.get("combine_seconds"),
+        }
     result = {
         "rows": rows, "chunks": CHUNKS, "workers": WORKERS, "cores": os.cpu_count(),
-        "rounds": a.rounds,
-        "queued_s": [round(x, 2) for x in queued], "plain_s": [round(x, 2) for x in plain],
-        "queued_median_s": round(q_med, 2), "plain_median_s": round(p_med, 2),
-        "ratio": round(q_med / p_med, 2), "goal_ratio": GOAL_RATIO,
+        "rounds": a.rounds, "goal_ratio": GOAL_RATIO, "layouts": per_layout,
         "queued_cold_s": round(cold_wall, 2), "plain_cold_s": round(plain_cold, 2),
-        "last_job": {"chunk_seconds": m.get("chunk_seconds"),
-                     "combine_seconds": m.get("combine_seconds")},
         "overhead_ms": {k: {"n": len(v), "p50": pct(v, 0.5), "max": pct(v, 1.0)}
                         for k, v in oh.items()},
         "goal_overhead_ms": GOAL_OVERHEAD_MS,
@@ -213,12 +229,16 @@ def first_chunk_done(timings: Path, spawned: float) -> dict[str, float]:
 
 def print_table(r: dict[str, Any]) -> None:
     oh = r["overhead_ms"]
-    rows = [
-        ("input rows", f"{r['rows']:,}"),
-        ("queued job, warm (median s)", f"{r['queued_median_s']}  {r['queued_s']}"),
-        ("plain PySpark job, warm (median s)", f"{r['plain_median_s']}  {r['plain_s']}"),
-        ("ratio (goal <= 1.3)", f"{r['ratio']}"),
-        ("queued / plain, cold (s)", f"{r['queued_cold_s']} / {r['plain_cold_s']}"),
+    rows = [("input rows", f"{r['rows']:,}")]
+    for name, lay in r["layouts"].items():
+        rows += [
+            (f"{name}: queued job, warm (median s)",
+             f"{lay['queued_median_s']}  {lay['queued_s']}  (split by {lay['split']})"),
+            (f"{name}: plain PySpark job (median s)", f"{lay['plain_median_s']}  {lay['plain_s']}"),
+            (f"{name}: ratio (goal <= {r['goal_ratio']})", f"{lay['ratio']}"),
+        ]
+    rows += [
+        ("queued / plain, cold, one file (s)", f"{r['queued_cold_s']} / {r['plain_cold_s']}"),
         ("dequeue -> Spark start (ms, p50 / max)",
          f"{oh['dequeue_to_spark_ms']['p50']} / {oh['dequeue_to_spark_ms']['max']}"),
         ("Spark end -> ack (ms, p50 / max)",

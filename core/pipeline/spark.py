@@ -226,3 +226,35 @@ def cancellable(session: SparkSession, tag: str, should_stop: Any) -> Iterator[N
                 for prop in ("spark.jobGroup.id", "spark.job.description",
                              "spark.job.interruptOnCancel"):
                     sc.setLocalProperty(prop, None)  # type: ignore[arg-type]
+
+
+def scan_columns(df: Any, path: str) -> list[str] | None:
+    """The columns that computing `df` reads from the files of `path` (Spark's column
+    pruning, from its physical plan), in the files' order; None when the plan cannot be
+    asked (Spark Connect) or does not scan `path`."""
+    try:
+        plan = df._jdf.queryExecution().sparkPlan()
+    except Exception:  # Spark Connect: no JVM objects on this side
+        return None
+    wanted = _plain_path(str(Path(path).resolve()))
+    found: list[str] | None = None
+    try:
+        leaves = plan.collectLeaves()
+        for i in range(leaves.size()):
+            leaf = leaves.apply(i)
+            if leaf.getClass().getSimpleName() != "FileSourceScanExec":
+                continue
+            roots = str(leaf.relation().location().rootPaths().mkString("\n")).split("\n")
+            if wanted not in (_plain_path(r) for r in roots):
+                continue
+            names = [str(n) for n in leaf.requiredSchema().fieldNames()]
+            found = (found or []) + [n for n in names if n not in (found or [])]
+    except Exception:
+        return None
+    return found
+
+
+def _plain_path(uri: str) -> str:
+    """`file:/a/b`, `file:///a/b/` and `/a/b` alike as `/a/b`."""
+    rest = uri[len("file:"):] if uri.startswith("file:") else uri
+    return "/" + rest.strip("/")

@@ -20,7 +20,7 @@ from core.queue import RequestSealed, introspect
 from core.worker.context import Cancelled, TaskContext
 from core.worker.registry import handler
 
-from . import io, jobs, spark, transforms
+from . import io, jobs, plan, spark, transforms
 from .errors import DataJobError, JvmDied, explain, jvm_died
 from .spec import MANIFEST, SUCCESS, JobSpec
 
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("queueadmin.pipeline")
 ID_BITS = 33  # monotonically_increasing_id(): partition index << 33 | row within partition
+ADD_BATCH = 500  # chunk tasks added to the request per call
 
 
 @handler(jobs.HANDLER)
@@ -100,17 +101,86 @@ def chunk_count(spec: JobSpec, rows: int) -> int:
 
 
 def split(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext) -> None:
+    """Cut the input into N chunks and add one chunk task per chunk to the request, then seal
+    it. A Parquet input on a filesystem the workers share is cut from its files' footers
+    alone (plan.py: nothing is read or copied, each chunk reads its own slice); any other input
+    is read once by Spark and staged as N Parquet chunks (split_with_spark). A retry skips the
+    chunks already added (the cut is the same on the same input) and keeps the count of
+    chunks the first run recorded."""
+    started = time.monotonic()
+    q, key = ctx.queue, jobs.record_key(ctx.queue, spec.job_id)
+    info = introspect.request(q, spec.job_id)
+    added = max(0, (info.total if info else 1) - 1)  # tasks after the split itself
+    files = plan.input_files(spec) if spec.format == "parquet" else None
+    if not files:
+        split_with_spark(spec, payload, ctx, added)
+        return
+    try:
+        footers = plan.read_footers(files)
+    except FileNotFoundError as exc:
+        raise DataJobError(f"{_where(spec, payload)}: a file is missing (moved or deleted "
+                           f"since the job was submitted?): {exc}") from exc
+    except OSError:
+        raise
+    except Exception as exc:
+        raise DataJobError(f"{_where(spec, payload)}: an input file is corrupt or not in the "
+                           f"format given (--format): {explain_arrow(exc)}") from exc
+    rows = sum(f.rows for f in footers)
+    known = q.redis.hget(key, "chunks")
+    n = int(known) if known else chunk_count(spec, rows)
+    cut = plan.slices(footers, n)
+    how = ("files" if all(p.whole for s in cut for p in s)
+           else "row groups" if sum(len(f.group_rows) for f in footers) >= n else "rows")
+    probe = footers[0].path
+    q.redis.hset(key, mapping={"chunks": n, "rows": rows, "split": how})
+    for first in range(added, n, ADD_BATCH):
+        ctx.check()
+        q.add(spec.job_id, [
+            jobs.payload("chunk", spec, chunk=k, pieces=[p.to_list() for p in cut[k]],
+                         probe=probe)
+            for k in range(first, min(n, first + ADD_BATCH))])
+    with contextlib.suppress(RequestSealed):
+        q.seal(spec.job_id)
+    log.info("split job=%s rows=%d chunks=%d by %s of %d file(s) in %.2fs", spec.job_id, rows,
+             n, how, len(files), time.monotonic() - started)
+
+
+_COLUMNS: dict[tuple[str, str], list[str] | None] = {}  # (job, its spec) -> columns read
+
+
+def _columns_read(session: SparkSession, spec: JobSpec, probe: str) -> list[str] | None:
+    """The input's columns the job's SQL reads, in the input's order (Spark's column pruning),
+    so that a chunk stages only those; None for every column (a Python transform may look at
+    any; Spark Connect does not say). Asked once per job in a worker process, by its first
+    chunk there (asking in the split would make every chunk wait for the split's worker to
+    start Spark)."""
+    if spec.sql is None:
+        return None
+    memo = (spec.job_id, spec.to_json())
+    if memo not in _COLUMNS:
+        frame = session.read.parquet(probe)  # the footer only: a schema
+        needed = spark.scan_columns(_transform(session, spec, frame), probe)
+        if len(_COLUMNS) >= 64:
+            _COLUMNS.clear()
+        _COLUMNS[memo] = (None if needed is None
+                          else [c for c in frame.columns if c in needed] or frame.columns[:1])
+    return _COLUMNS[memo]
+
+
+def explain_arrow(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def split_with_spark(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext,
+                     added: int) -> None:
     """Read the input once (persisted), number its rows in input order, write N contiguous
     ranges as staged Parquet chunks and add each chunk's task to the request as soon as it is
-    written. A retry skips the chunks already added (the numbering is the same on the same
-    input) and keeps the count of chunks the first run recorded."""
+    written: for inputs that plan.py does not cut (CSV, JSON lines, remote, partitioned)."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     started = time.monotonic()
     q, key = ctx.queue, jobs.record_key(ctx.queue, spec.job_id)
-    info = introspect.request(q, spec.job_id)
-    added = max(0, (info.total if info else 1) - 1)  # tasks after the split itself
     with sparking(spec, payload, ctx) as session:
         df = io.read_input(session, spec).withColumn(
             "__qa_id", F.monotonically_increasing_id()).persist(StorageLevel.MEMORY_AND_DISK)
@@ -120,7 +190,7 @@ def split(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext) -> None:
             rows = sum(counts.values())
             known = q.redis.hget(key, "chunks")
             n = int(known) if known else chunk_count(spec, rows)
-            q.redis.hset(key, mapping={"chunks": n, "rows": rows})
+            q.redis.hset(key, mapping={"chunks": n, "rows": rows, "split": "spark"})
             offsets, total = [], 0
             for p in sorted(counts):
                 offsets += [F.lit(p), F.lit(total)]
@@ -160,8 +230,7 @@ def chunk(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext) -> dict[str,
     k = int(payload["chunk"])
     started = time.monotonic()
     with sparking(spec, payload, ctx) as session:
-        df = session.read.parquet(str(spec.chunk_dir(k)))
-        rows_in = df.count()
+        df, rows_in = _chunk_input(session, spec, payload)
         result = _transform(session, spec, df)
         seen = Observation(f"rows_{k}")
         target = spec.part_dir(k)
@@ -171,6 +240,8 @@ def chunk(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext) -> dict[str,
         rows_out = int(seen.get["rows"])
         ctx.check()  # not cancelled, still ours: only then does the part replace the old one
         io.replace_dir(tmp, target)
+    if "pieces" in payload:  # staged from the input by this task: a retry stages it again
+        shutil.rmtree(spec.chunk_dir(k), ignore_errors=True)
     report = {"chunk": k, "rows_in": rows_in, "rows_out": rows_out,
               "seconds": round(time.monotonic() - started, 3), "attempt": ctx.attempt,
               "worker": ctx.worker}
@@ -181,6 +252,38 @@ def chunk(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext) -> dict[str,
     return report
 
 
+def _chunk_input(session: SparkSession, spec: JobSpec,
+                 payload: dict[str, Any]) -> tuple[DataFrame, int]:
+    """The chunk's rows as a DataFrame, and how many there are. Whole input files are read
+    by Spark where they are; a slice inside a file is staged first (plan.stage), with only
+    the columns the job's SQL reads; a chunk that split_with_spark
+    staged is read as it is."""
+    k = int(payload["chunk"])
+    if "pieces" not in payload:
+        df = session.read.parquet(str(spec.chunk_dir(k)))
+        return df, df.count()
+    pieces = [plan.Piece.from_list(v) for v in payload["pieces"]]
+    rows = sum(p.stop - p.start for p in pieces)
+    if pieces and all(p.whole for p in pieces):
+        return session.read.parquet(*(p.path for p in pieces)), rows
+    columns = _columns_read(session, spec, str(payload["probe"]))
+    target = spec.chunk_dir(k)
+    tmp = io.temp_beside(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        plan.stage(pieces, columns, tmp, probe=str(payload["probe"]))
+    except FileNotFoundError as exc:
+        raise DataJobError(f"{_where(spec, payload)}: a file is missing (moved or deleted "
+                           f"since the job was submitted?): {exc}") from exc
+    except OSError:
+        raise
+    except Exception as exc:
+        raise DataJobError(f"{_where(spec, payload)}: an input file is corrupt or not in the "
+                           f"format given (--format): {explain_arrow(exc)}") from exc
+    io.replace_dir(tmp, target)
+    return session.read.parquet(str(target)), rows
+
+
 # -- combine -----------------------------------------------------------------------------
 
 
@@ -188,6 +291,9 @@ def combine(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext) -> dict[st
     """Once every chunk is done: the combine SQL over the view `parts` (or the parts as they
     are, moved into place), the manifest, `_SUCCESS`, then the staging data removed. A retry
     after the output was moved into place only finishes the clean-up."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
     q, key = ctx.queue, jobs.record_key(ctx.queue, spec.job_id)
     out = Path(spec.output)
     done = _manifest_of(out)
@@ -212,8 +318,10 @@ def combine(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext) -> dict[st
             parts = session.read.parquet(*(str(spec.part_dir(k)) for k in range(n)))
             parts.createOrReplaceTempView("parts")
             io.register_views(session, spec)
-            io.write(session.sql(spec.combine_sql), staged_out, spec.output_format)
-            rows_out = io.read(session, str(staged_out), spec.output_format).count()
+            seen = Observation("rows_out")
+            io.write(session.sql(spec.combine_sql).observe(seen, F.count(F.lit(1)).alias("rows")),
+                     staged_out, spec.output_format)
+            rows_out = int(seen.get["rows"])
             version, master = session.version, spark.master_of(session)
         else:
             staged_out.mkdir(parents=True)
@@ -229,6 +337,7 @@ def combine(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext) -> dict[st
         "input": spec.input, "format": spec.format, "views": spec.views,
         "sql": spec.sql, "transform": spec.transform, "combine_sql": spec.combine_sql,
         "output": spec.output, "output_format": spec.output_format,
+        "split": rec.get("split", "spark"),
         "chunks": [reports.get(k) for k in range(n)],
         "rows_in": sum(int(r["rows_in"]) for r in reports.values()),
         "rows_out": rows_out,
