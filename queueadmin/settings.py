@@ -23,8 +23,9 @@ QA_CONSOLE_CACHE_S  seconds the console shares per-queue aggregates between requ
 SPARK_MASTER   where the workers' Spark runs data jobs (docs/pipeline.md): local[*] (default,
                in each worker) or a standalone master, spark://host:7077
 SPARK_REMOTE   a Spark Connect server instead, sc://host:15002 (wins over SPARK_MASTER)
-SPARK_SHUFFLE_PARTITIONS  spark.sql.shuffle.partitions of the workers' sessions (default 8:
-               chunks are small; raise it for big combine steps on a cluster)
+SPARK_SHUFFLE_PARTITIONS  spark.sql.shuffle.partitions of the workers' sessions (default:
+               the cores of local[N] / local[*], else 8; chunks are small; raise it for big
+               combine steps on a cluster)
 SPARK_UI       "1": the Spark UI of each worker's session on (default off)
 """
 
@@ -84,7 +85,7 @@ QUEUEADMIN_HANDLER_MODULES = _env_list("QA_HANDLER_MODULES", "")
 # The data pipeline's Spark (core/pipeline/spark.py reads these when a worker makes its session).
 SPARK_MASTER = os.environ.get("SPARK_MASTER", "").strip() or "local[*]"
 SPARK_REMOTE = os.environ.get("SPARK_REMOTE", "").strip()
-SPARK_SHUFFLE_PARTITIONS = int(os.environ.get("SPARK_SHUFFLE_PARTITIONS") or "8")
+SPARK_SHUFFLE_PARTITIONS = int(os.environ.get("SPARK_SHUFFLE_PARTITIONS") or "0")  # 0: by master
 SPARK_UI = _env_flag("SPARK_UI")
 
 # The supervisor (`runstack`).

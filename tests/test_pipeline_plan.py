@@ -6,6 +6,7 @@ however many chunks."""
 from __future__ import annotations
 
 import itertools
+import os
 from pathlib import Path
 from typing import Any
 
@@ -228,3 +229,15 @@ def test_an_input_file_gone_before_the_split_is_named(
     [failure] = st.failures
     assert "the split of job" in failure and "a file is missing" in failure, failure
     assert "part-00100.parquet" in failure
+
+
+@pytest.mark.parametrize(("master", "setting", "want"), [
+    ("local[*]", 0, os.cpu_count() or 2), ("local[3]", 0, 3), ("local[4, 2]", 0, 4),
+    ("local", 0, 1), ("spark://host:7077", 0, 8), ("local[*]", 12, 12),
+])
+def test_shuffle_partitions_follow_the_local_threads_unless_set(
+    master: str, setting: int, want: int
+) -> None:
+    conf = spark.base_conf(spark.SparkTarget(master=master, shuffle_partitions=setting),
+                           app="t", local_dir=None)
+    assert conf["spark.sql.shuffle.partitions"] == str(want)

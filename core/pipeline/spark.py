@@ -17,6 +17,7 @@ import atexit
 import contextlib
 import logging
 import os
+import re
 import shutil
 import sys
 import threading
@@ -44,7 +45,7 @@ class SparkTarget:
 
     master: str = "local[*]"
     remote: str = ""
-    shuffle_partitions: int = 8
+    shuffle_partitions: int = 0  # 0: default_shuffle_partitions(master)
     ui: bool = False
 
     @property
@@ -60,9 +61,19 @@ def target_from_settings() -> SparkTarget:
     return SparkTarget(
         master=getattr(settings, "SPARK_MASTER", "") or "local[*]",
         remote=getattr(settings, "SPARK_REMOTE", ""),
-        shuffle_partitions=int(getattr(settings, "SPARK_SHUFFLE_PARTITIONS", 8)),
+        shuffle_partitions=int(getattr(settings, "SPARK_SHUFFLE_PARTITIONS", 0)),
         ui=bool(getattr(settings, "SPARK_UI", False)),
     )
+
+
+def default_shuffle_partitions(master: str) -> int:
+    """As many shuffle partitions as local[N] has threads (local[*]: the machine's cores),
+    else 8. A chunk's aggregation is small: with 8 partitions on 2 cores a chunk of the
+    benchmark's job took 0.50 s, with 2 0.29 s (bench_pipeline.py, 1.35M rows)."""
+    m = re.fullmatch(r"local\[(\d+|\*)(?:,\s*\d+)?\]", master.strip())
+    if m is None:
+        return 1 if master.strip() == "local" else 8
+    return (os.cpu_count() or 2) if m.group(1) == "*" else max(1, int(m.group(1)))
 
 
 def _var_dir() -> Path:
@@ -77,7 +88,8 @@ def base_conf(target: SparkTarget, *, app: str, local_dir: Path | None) -> dict[
         "spark.app.name": app,
         "spark.ui.enabled": "true" if target.ui else "false",
         "spark.ui.showConsoleProgress": "false",
-        "spark.sql.shuffle.partitions": str(target.shuffle_partitions),
+        "spark.sql.shuffle.partitions": str(target.shuffle_partitions
+                                            or default_shuffle_partitions(target.master)),
         "spark.sql.session.timeZone": "UTC",
         # The pipeline writes its own _SUCCESS, once the whole job's output is in place.
         "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
