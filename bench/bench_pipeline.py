@@ -96,6 +96,23 @@ def run_plain(session: Any, data: Path, out: Path) -> float:
     return time.perf_counter() - started
 
 
+def spark_job_floor(session: Any, work: Path) -> float:
+    """One Spark job's fixed cost in a warm session: the chunk SQL over a one-row Parquet
+    file, written as a part is (median of 7). Every chunk and the combine pay it once."""
+    from core.pipeline import io
+
+    tiny = work / "tiny.parquet"
+    session.sql("SELECT 'AA' AS carrier, 1L AS month, 1.0D AS dep_delay").write.mode(
+        "overwrite").parquet(str(tiny))
+    times = []
+    for i in range(8):
+        started = time.perf_counter()
+        session.read.parquet(str(tiny)).createOrReplaceTempView("chunk")
+        io.write(session.sql(SQL), work / f"tiny-out-{i}", "parquet")
+        times.append(time.perf_counter() - started)
+    return statistics.median(times[1:])
+
+
 def overheads(timings: Path, job_ids: set[str], leases: dict[str, str]) -> dict[str, list[float]]:
     """Per chunk task of the given jobs: dequeue -> Spark start and Spark end -> ack, in ms."""
     ev: dict[str, dict[str, float]] = {}
@@ -167,6 +184,7 @@ def main() -> None:
                 warm.add(job)
                 plain[name].append(run_plain(session, data, work / f"plain-{job}"))
         oh = overheads(timings, warm, job_of_leases(timings))
+        floor = spark_job_floor(session, work)
     finally:
         if session is not None:
             session.stop()
@@ -197,6 +215,9 @@ def main() -> None:
         "overhead_ms": {k: {"n": len(v), "p50": pct(v, 0.5), "max": pct(v, 1.0)}
                         for k, v in oh.items()},
         "goal_overhead_ms": GOAL_OVERHEAD_MS,
+        "spark_job_floor_s": round(floor, 3),
+        # chunks run CHUNKS/WORKERS deep on each worker, then the combine: that many floors
+        "queued_floor_s": round(floor * (CHUNKS / WORKERS + 1), 2),
         "new_worker_to_first_chunk_s": firsts,
     }
     print(json.dumps(result, indent=2))
@@ -243,6 +264,8 @@ def print_table(r: dict[str, Any]) -> None:
          f"{oh['dequeue_to_spark_ms']['p50']} / {oh['dequeue_to_spark_ms']['max']}"),
         ("Spark end -> ack (ms, p50 / max)",
          f"{oh['spark_to_ack_ms']['p50']} / {oh['spark_to_ack_ms']['max']}"),
+        ("one Spark job's fixed cost, warm (s)", f"{r['spark_job_floor_s']}"),
+        ("queued job's floor: that x (chunks/workers + combine)", f"{r['queued_floor_s']}"),
         ("new worker: start -> first chunk (s)",
          ", ".join(f"{v}" for v in r["new_worker_to_first_chunk_s"].values())),
     ]
