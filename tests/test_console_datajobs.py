@@ -246,6 +246,25 @@ def test_a_refused_form_keeps_what_was_typed(
     assert 'name="overwrite" checked' in html
 
 
+def test_a_job_id_that_is_a_plain_requests_id_is_refused_at_its_field(
+    console: Queue, operator: Client, tmp_path: Path
+) -> None:
+    with pytest.warns(Warning):  # no worker announced the handler
+        console.submit([{"a": 1}], handler="noop", request_id="taken-1")
+    keys = sorted(console.redis.keys(f"{console.keys.prefix}*"))
+    r = operator.post("/jobs/submit/", filled(tmp_path, request_id="taken-1"))
+    html = r.content.decode()
+    assert r.status_code == 400
+    marked = re.search(r'<label class="[^"]*invalid[^"]*">.*?</label>', html, re.S)
+    assert marked is not None and 'name="request_id"' in marked.group(0)
+    assert ("request taken-1 already exists in queue &#x27;default&#x27; and is not a data "
+            "job") in marked.group(0)
+    # Nothing written: no record, no combine follow-up; the plain request is as it was.
+    assert sorted(console.redis.keys(f"{console.keys.prefix}*")) == keys
+    assert console.state("taken-1") == "active"
+    assert not AuditEntry.objects.filter(action="datajob").exists()
+
+
 @pytest.mark.parametrize(("cli", "change"), [
     (["--sql", "SELECT 1 FROM chunk", "--transform", "console_test_passthrough"],
      {"transform": "console_test_passthrough"}),

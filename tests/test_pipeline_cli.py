@@ -4,6 +4,7 @@ followed to its end, done or failed, with `show` printing its manifest."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 from pathlib import Path
@@ -17,6 +18,7 @@ from django.core.management.base import CommandError
 
 from core.cli.datajob import build_spec, follow, show, submit
 from core.pipeline import jobs
+from core.pipeline.spec import make_spec
 from core.queue import Queue
 from tests.conftest import keys_under
 from tests.pipeline_support import (  # noqa: F401  (fixtures)
@@ -161,3 +163,91 @@ def test_a_failed_job_exits_non_zero_saying_which_chunk_and_why(
     show("bad1", stdout=shown)
     summary = json.loads(shown.getvalue())
     assert summary["state"] == "failed" and summary["chunks_done"] == [0]
+
+
+def _quiet_submit(spec: Any) -> str:
+    out = io.StringIO()
+    submit(spec, stdout=out, stderr=io.StringIO())
+    return out.getvalue()
+
+
+@pytest.mark.parametrize(("taken", "job_id", "what"), [
+    ("X", "X", "request X already exists in queue 'default' and is not a data job "
+               "(it is a request of handler 'noop', active)"),
+    ("X.combine", "X", "request X.combine already exists in queue 'default' and is not the "
+                       "combine step of data job X"),
+    ("other.combine", "other.combine",
+     "request other.combine already exists in queue 'default' and is not a data job (it is "
+     "the follow-up of request other, held)"),
+])
+def test_a_job_id_that_is_another_requests_id_is_refused_with_nothing_written(
+    tmp_path: Path, django_queue: Queue, redis_client: redis.Redis, prefix: str,
+    taken: str, job_id: str, what: str,
+) -> None:
+    data = tmp_path / "in.parquet"
+    flights(20).to_parquet(data)
+    if taken == "other.combine":  # another data job's combine step
+        other = make_spec(job_id="other", input=str(data), format="parquet",
+                          output=str(tmp_path / "other"), sql="SELECT * FROM chunk")
+        _quiet_submit(other)
+    else:  # a plain request, as `manage.py submit --request-id` makes it
+        call_command("submit", '{"a": 1}', handler="noop", any_handler=True,
+                     request_id=taken, stdout=io.StringIO(), stderr=io.StringIO())
+    before = {k: redis_client.dump(k) for k in keys_under(redis_client, prefix)}
+    spec = make_spec(job_id=job_id, input=str(data), format="parquet",
+                     output=str(tmp_path / "o"), sql="SELECT * FROM chunk")
+    with pytest.raises(CommandError) as exc:
+        _quiet_submit(spec)
+    message = str(exc.value)
+    assert message.startswith("data job refused: --request-id"), message
+    assert what in message and "choose another job id" in message
+    # Nothing was written: no record, no combine follow-up, no split task.
+    assert {k: redis_client.dump(k) for k in keys_under(redis_client, prefix)} == before
+
+
+def call_command_from_argv(argv: list[str], err: io.StringIO) -> None:
+    """The command as `manage.py` runs it: a CommandError becomes a message and exit 1."""
+    from core.management.commands.datajob import Command
+
+    Command(stderr=err).run_from_argv(["manage.py", *argv])
+
+
+def test_the_command_refuses_a_taken_id_with_a_message_and_no_traceback(
+    tmp_path: Path, django_queue: Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import core.cli.datajob as cli
+
+    data = tmp_path / "in.parquet"
+    flights(20).to_parquet(data)
+    call_command("submit", '{"a": 1}', handler="noop", any_handler=True, request_id="X",
+                 stdout=io.StringIO(), stderr=io.StringIO())
+    # Spark's own analysis of the SQL is not what this is about (and starts a JVM).
+    monkeypatch.setattr(cli, "check_with_spark", lambda session, spec: None)
+    monkeypatch.setattr(cli, "check_session", lambda: contextlib.nullcontext(None))
+    err = io.StringIO()
+    with pytest.raises(SystemExit) as exited:
+        call_command_from_argv(["datajob", "submit", "--input", str(data), "--format",
+                                "parquet", "--output", str(tmp_path / "o"), "--sql",
+                                "SELECT * FROM chunk", "--request-id", "X"], err)
+    assert exited.value.code == 1
+    said = err.getvalue()
+    assert said.startswith("CommandError: data job refused: --request-id 'X': request X "
+                           "already exists in queue 'default' and is not a data job"), said
+    assert "Traceback" not in said
+    assert django_queue.state("X") == "active"
+
+
+def test_the_same_job_submitted_again_changes_nothing(
+    tmp_path: Path, django_queue: Queue, redis_client: redis.Redis, prefix: str
+) -> None:
+    data = tmp_path / "in.parquet"
+    flights(20).to_parquet(data)
+    spec = make_spec(job_id="same1", input=str(data), format="parquet",
+                     output=str(tmp_path / "o"), sql="SELECT * FROM chunk")
+    assert _quiet_submit(spec) == "same1\n"
+    before = {k: redis_client.dump(k) for k in keys_under(redis_client, prefix)
+              if not k.endswith((":events", ":stats"))}
+    assert _quiet_submit(spec) == "same1 (submitted before: nothing changed)\n"
+    after = {k: redis_client.dump(k) for k in keys_under(redis_client, prefix)
+             if not k.endswith((":events", ":stats"))}
+    assert after == before

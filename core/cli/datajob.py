@@ -88,7 +88,10 @@ def submit(
         q = get_queue(queue or "default")
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", UnknownHandlerWarning)
-            created = jobs.submit(q, spec, options)
+            try:
+                created = jobs.submit(q, spec, options)
+            except SpecError as exc:  # the id is another request's: nothing was written
+                raise CommandError(f"data job refused: {exc}") from exc
         if caught:
             stderr.write(f"warning: no worker of queue {q.name!r} runs data jobs yet (handler "
                          f"{jobs.HANDLER!r}): the job waits until one starts "

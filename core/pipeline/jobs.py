@@ -23,7 +23,7 @@ from typing import Any
 from core.queue import Queue, introspect
 from core.queue.models import DeadLetter, RequestInfo
 
-from .spec import JobSpec
+from .spec import JobSpec, SpecError
 
 HANDLER = "datajob"
 RECORD_TTL_S = 7 * 86_400  # the job's record outlives its requests' default retention
@@ -50,10 +50,42 @@ class QueueOptions:
     max_attempts: int = 3
 
 
+class JobIdTaken(SpecError):
+    """The job id is already the id of a request that is not this data job's."""
+
+
+def _not_a_job(q: Queue, rid: str, info: RequestInfo, what: str) -> JobIdTaken:
+    kind = (f"the follow-up of request {info.after}" if info.after
+            else f"a request of handler {info.handler!r}")
+    return JobIdTaken(
+        f"--request-id {rid.removesuffix('.combine')!r}: request {rid} already exists in "
+        f"queue {q.name!r} and is not {what} (it is {kind}, {info.state}); choose another "
+        "job id")
+
+
+def check_id_free(q: Queue, job_id: str) -> None:
+    """JobIdTaken unless `job_id` and its combine id are free, or are this data job's own
+    requests (a retried submit, or one that stopped half-way). Otherwise the job would never
+    split and its combine would wait forever: `J` already exists, so it is not opened again."""
+    req = introspect.request(q, job_id)
+    if req is not None and (
+        req.handler != HANDLER or req.after is not None
+        or (not q.redis.hexists(record_key(q, job_id), "spec")
+            and not (req.state == "open" and req.total == 0))
+    ):
+        raise _not_a_job(q, job_id, req, "a data job")
+    comb = introspect.request(q, combine_id(job_id))
+    if comb is not None and (comb.handler != HANDLER or comb.after != job_id):
+        raise _not_a_job(q, combine_id(job_id), comb,
+                         f"the combine step of data job {job_id}")
+
+
 def submit(q: Queue, spec: JobSpec, options: QueueOptions | None = None) -> bool:
     """Queue the job (spec already checked); returns False if a job with this id existed
-    (nothing is changed then, so a retried submit is harmless)."""
+    (nothing is changed then, so a retried submit is harmless). JobIdTaken, with nothing
+    written, if the id (or its combine id) is another request's."""
     o = options or QueueOptions()
+    check_id_free(q, spec.job_id)
     opts: dict[str, Any] = {"priority": o.priority, "tenant": o.tenant,
                             "max_attempts": o.max_attempts}
     # Open and empty, the chunk request is not eligible; the follow-up is held behind it; only

@@ -95,6 +95,10 @@ def job_submit(request: HttpRequest) -> HttpResponse:
     form = _posted(request)
     try:
         spec, options = _checked(form)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", UnknownHandlerWarning)
+            # JobIdTaken (a SpecError), with nothing written, if the id is another request's.
+            created = jobs.submit(queue, spec, options)
     except SpecError as exc:
         context: dict[str, Any] = {
             "jobs": [], "paged": None, "form": _blank_form() | form, "error": str(exc),
@@ -102,9 +106,6 @@ def job_submit(request: HttpRequest) -> HttpResponse:
         }
         return page(request, "core/datajobs.html", queue, context, nav="datajobs",
                     status=400, live=False)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", UnknownHandlerWarning)
-        created = jobs.submit(queue, spec, options)
     audit.record(actor, AUDIT_ACTION, queue.name,
                  target=f"data job {spec.job_id}: {spec.input} -> {spec.output}", count=1,
                  acted=int(created), skipped=int(not created))
