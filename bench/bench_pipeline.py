@@ -259,7 +259,8 @@ def print_table(r: dict[str, Any]) -> None:
             (f"{name}: ratio (goal <= {r['goal_ratio']})", f"{lay['ratio']}"),
         ]
     rows += [
-        ("queued / plain, cold, one file (s)", f"{r['queued_cold_s']} / {r['plain_cold_s']}"),
+        ("first job, one file: queued (JVMs starting) / plain (JVM up) (s)",
+         f"{r['queued_cold_s']} / {r['plain_cold_s']}"),
         ("dequeue -> Spark start (ms, p50 / max)",
          f"{oh['dequeue_to_spark_ms']['p50']} / {oh['dequeue_to_spark_ms']['max']}"),
         ("Spark end -> ack (ms, p50 / max)",

@@ -206,6 +206,8 @@ def test_an_input_file_removed_after_the_split_fails_its_chunk_with_a_message(
     data = lay_out(tmp_path, flights(600), "many groups")
     spec = spec_for(tmp_path, data, sql=SQL, chunks=3)
     jobs.submit(dq, spec, jobs.QueueOptions(max_attempts=1))
+    import core.pipeline.tasks  # noqa: F401  (registers the datajob handler)
+
     Worker([dq], WorkerConfig(burst=True, heartbeat="thread", max_tasks=1, prefetch=1,
                               idle_wait=0.1, grace=5)).run()  # the split alone
     assert jobs.status(dq, spec.job_id).chunks == 3

@@ -132,6 +132,11 @@ def split(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext) -> None:
     how = ("files" if all(p.whole for s in cut for p in s)
            else "row groups" if sum(len(f.group_rows) for f in footers) >= n else "rows")
     probe = footers[0].path
+    if spec.sql is not None and not payload.get("checked"):
+        # Not analysed at submit (the console's form starts no Spark): a statement Spark
+        # refuses fails here, once, rather than in every chunk.
+        with sparking(spec, payload, ctx) as session:
+            _transform(session, spec, session.read.parquet(probe)).schema  # noqa: B018
     q.redis.hset(key, mapping={"chunks": n, "rows": rows, "split": how})
     for first in range(added, n, ADD_BATCH):
         ctx.check()
