@@ -82,7 +82,8 @@ def test_read_pieces_reads_exactly_its_rows_and_only_the_columns_asked(tmp_path:
     write_groups(path, df, 128)
     assert pq.ParquetFile(path).metadata.num_row_groups == 8
     piece = plan.Piece(str(path), 100, 700, 1000)  # starts and ends inside a group
-    got = plan.read_pieces([piece], ["id", "carrier"]).to_pandas()
+    got = pa.Table.from_batches(
+        [b for _, b in plan.read_pieces([piece], ["id", "carrier"])]).to_pandas()
     assert list(got.columns) == ["id", "carrier"]
     assert got.id.tolist() == list(range(100, 700))
     staged = tmp_path / "staged"
@@ -243,3 +244,23 @@ def test_shuffle_partitions_follow_the_local_threads_unless_set(
     conf = spark.base_conf(spark.SparkTarget(master=master, shuffle_partitions=setting),
                            app="t", local_dir=None)
     assert conf["spark.sql.shuffle.partitions"] == str(want)
+
+
+@pytest.mark.slow
+def test_a_slice_over_files_of_different_schemas_says_which_differ(
+    dq: Queue, spark_session: Any, tmp_path: Path
+) -> None:
+    d = tmp_path / "files"
+    d.mkdir()
+    df = flights(10)
+    write_groups(d / "a.parquet", df[["id", "carrier"]], 10)
+    write_groups(d / "b.parquet", df[["carrier"]].assign(id=df.id.astype(str)), 10)
+    spec = spec_for(tmp_path, d, sql="SELECT id, carrier FROM chunk", chunks=3)
+    st = run_job(dq, spec, max_attempts=1)
+    assert st.state == "failed"
+    [failure] = st.failures  # chunks 0 and 2 each read one file: only chunk 1 spans both
+    assert failure.startswith("chunk 1 failed"), failure
+    assert (f"the input's files do not share one schema: {d / 'b.parquet'} has "
+            f"(id string, carrier string) where {d / 'a.parquet'} has (id int64, carrier "
+            "string)") in failure
+    assert not list(spec.chunk_dir(1).parent.glob(".tmp-*"))  # no half-staged slice left

@@ -23,6 +23,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,6 +33,7 @@ from .spec import JobSpec, _matches, is_local, local_path
 if TYPE_CHECKING:
     import pyarrow as pa
 
+BATCH_ROWS = 65_536  # rows per batch read and written when a slice is staged
 STAGE_OPTIONS: dict[str, Any] = {
     # Staged chunks live for one task on local disk: writing fast beats writing small.
     "compression": "none",
@@ -146,39 +148,67 @@ def slices(files: list[InputFile], n: int) -> list[list[Piece]]:
     return out
 
 
-def read_pieces(pieces: list[Piece], columns: list[str] | None) -> pa.Table:
-    """The rows of `pieces`, only `columns` (None: all), read with pyarrow: only the row
-    groups that hold them are decoded."""
-    import pyarrow as pa
+class InputError(ValueError):
+    """The input cannot be staged as it is; the message says why."""
+
+
+def read_pieces(pieces: list[Piece], columns: list[str] | None
+                ) -> Iterator[tuple[str, pa.RecordBatch]]:
+    """The rows of `pieces` (with the file each batch comes from), only `columns` (None:
+    all), read with pyarrow batch by batch, so memory stays bounded whatever the slice's
+    size: only the row groups that hold the rows are decoded."""
     import pyarrow.parquet as pq
 
-    tables = []
     for piece in pieces:
         pf = pq.ParquetFile(piece.path)
         md = pf.metadata
-        groups, first, skip = [], 0, None
+        groups, first, pos = [], 0, -1
         for g in range(md.num_row_groups):
             rows = md.row_group(g).num_rows
             if first + rows > piece.start and first < piece.stop:
                 groups.append(g)
-                skip = first if skip is None else skip
+                pos = first if pos < 0 else pos
             first += rows
-        t = pf.read_row_groups(groups, columns=columns)
-        base = skip or 0
-        tables.append(t.slice(piece.start - base, piece.stop - piece.start))
-    return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+        for batch in pf.iter_batches(batch_size=BATCH_ROWS, row_groups=groups,
+                                     columns=columns):
+            lo, hi = max(piece.start, pos), min(piece.stop, pos + batch.num_rows)
+            if lo < hi:
+                yield piece.path, batch.slice(lo - pos, hi - lo)
+            pos += batch.num_rows
+            if pos >= piece.stop:
+                break
 
 
 def stage(pieces: list[Piece], columns: list[str] | None, target: Path, *, probe: str) -> int:
-    """Write the slice as one Parquet file under the directory `target`; returns its rows.
-    An empty slice (fewer rows than chunks) is an empty file with the schema of `probe`."""
+    """Write the slice as one Parquet file under the directory `target`, batch by batch;
+    returns its rows. An empty slice (fewer rows than chunks) is an empty file with the
+    schema of `probe`. InputError if the slice's files do not share one schema."""
     import pyarrow.parquet as pq
 
-    if pieces:
-        table = read_pieces(pieces, columns)
-    else:
-        table = pq.read_schema(probe).empty_table()
-        table = table.select(columns) if columns is not None else table
     target.mkdir(parents=True, exist_ok=True)
-    pq.write_table(table, target / "part-00000.parquet", **STAGE_OPTIONS)
-    return int(table.num_rows)
+    out = target / "part-00000.parquet"
+    writer: pq.ParquetWriter | None = None
+    rows, first_path = 0, ""
+    try:
+        for path, batch in read_pieces(pieces, columns):
+            if writer is None:
+                writer, first_path = pq.ParquetWriter(out, batch.schema, **STAGE_OPTIONS), path
+            elif not batch.schema.equals(writer.schema, check_metadata=False):
+                raise InputError(
+                    f"the input's files do not share one schema: {path} has "
+                    f"({_columns_text(batch.schema)}) where {first_path} has "
+                    f"({_columns_text(writer.schema)})")
+            writer.write_batch(batch)
+            rows += batch.num_rows
+        if writer is None:
+            empty = pq.read_schema(probe).empty_table()
+            pq.write_table(empty.select(columns) if columns is not None else empty, out,
+                           **STAGE_OPTIONS)
+    finally:
+        if writer is not None:
+            writer.close()
+    return rows
+
+
+def _columns_text(schema: pa.Schema) -> str:
+    return ", ".join(f"{f.name} {f.type}" for f in schema)

@@ -261,8 +261,7 @@ def _chunk_input(session: SparkSession, spec: JobSpec,
                  payload: dict[str, Any]) -> tuple[DataFrame, int]:
     """The chunk's rows as a DataFrame, and how many there are. Whole input files are read
     by Spark where they are; a slice inside a file is staged first (plan.stage), with only
-    the columns the job's SQL reads; a chunk that split_with_spark
-    staged is read as it is."""
+    the columns the job's SQL reads; a chunk that split_with_spark staged is read as it is."""
     k = int(payload["chunk"])
     if "pieces" not in payload:
         df = session.read.parquet(str(spec.chunk_dir(k)))
@@ -276,7 +275,13 @@ def _chunk_input(session: SparkSession, spec: JobSpec,
     tmp = io.temp_beside(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
-        plan.stage(pieces, columns, tmp, probe=str(payload["probe"]))
+        try:
+            plan.stage(pieces, columns, tmp, probe=str(payload["probe"]))
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)  # a half-written staged slice
+            raise
+    except plan.InputError as exc:
+        raise DataJobError(f"{_where(spec, payload)}: {exc}") from exc
     except FileNotFoundError as exc:
         raise DataJobError(f"{_where(spec, payload)}: a file is missing (moved or deleted "
                            f"since the job was submitted?): {exc}") from exc
