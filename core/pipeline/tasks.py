@@ -115,16 +115,8 @@ def split(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext) -> None:
     if not files:
         split_with_spark(spec, payload, ctx, added)
         return
-    try:
+    with reading_input(spec, payload):
         footers = plan.read_footers(files)
-    except FileNotFoundError as exc:
-        raise DataJobError(f"{_where(spec, payload)}: a file is missing (moved or deleted "
-                           f"since the job was submitted?): {exc}") from exc
-    except OSError:
-        raise
-    except Exception as exc:
-        raise DataJobError(f"{_where(spec, payload)}: an input file is corrupt or not in the "
-                           f"format given (--format): {explain_arrow(exc)}") from exc
     rows = sum(f.rows for f in footers)
     known = q.redis.hget(key, "chunks")
     n = int(known) if known else chunk_count(spec, rows)
@@ -172,8 +164,23 @@ def _columns_read(session: SparkSession, spec: JobSpec, probe: str) -> list[str]
     return _COLUMNS[memo]
 
 
-def explain_arrow(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
+@contextlib.contextmanager
+def reading_input(spec: JobSpec, payload: dict[str, Any]) -> Iterator[None]:
+    """pyarrow's failures on the input files as messages: a file missing, files of different
+    schemas, a file that is not Parquet. Other OS errors (a full disk) pass as they are."""
+    where = _where(spec, payload)
+    try:
+        yield
+    except plan.InputError as exc:
+        raise DataJobError(f"{where}: {exc}") from exc
+    except FileNotFoundError as exc:
+        raise DataJobError(f"{where}: a file is missing (moved or deleted since the job was "
+                           f"submitted?): {exc}") from exc
+    except OSError:
+        raise
+    except Exception as exc:
+        raise DataJobError(f"{where}: an input file is corrupt or not in the format given "
+                           f"(--format): {type(exc).__name__}: {exc}") from exc
 
 
 def split_with_spark(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext,
@@ -274,22 +281,12 @@ def _chunk_input(session: SparkSession, spec: JobSpec,
     target = spec.chunk_dir(k)
     tmp = io.temp_beside(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    try:
+    with reading_input(spec, payload):
         try:
             plan.stage(pieces, columns, tmp, probe=str(payload["probe"]))
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)  # a half-written staged slice
             raise
-    except plan.InputError as exc:
-        raise DataJobError(f"{_where(spec, payload)}: {exc}") from exc
-    except FileNotFoundError as exc:
-        raise DataJobError(f"{_where(spec, payload)}: a file is missing (moved or deleted "
-                           f"since the job was submitted?): {exc}") from exc
-    except OSError:
-        raise
-    except Exception as exc:
-        raise DataJobError(f"{_where(spec, payload)}: an input file is corrupt or not in the "
-                           f"format given (--format): {explain_arrow(exc)}") from exc
     io.replace_dir(tmp, target)
     return session.read.parquet(str(target)), rows
 
