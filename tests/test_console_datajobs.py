@@ -285,3 +285,34 @@ def test_the_form_and_the_cli_say_the_same_words(
     r = operator.post("/jobs/submit/", form)
     assert r.status_code == 400
     assert escape(said) in r.content.decode()
+
+
+@pytest.mark.parametrize("which", ["dj1", "dj1.combine"])
+def test_cancelling_either_request_of_a_job_cancels_it_and_removes_its_staging(
+    console: Queue, operator: Client, tmp_path: Path, which: str
+) -> None:
+    data = sample_input(tmp_path)
+    spec = make_spec(job_id="dj1", input=str(data), format="parquet",
+                     output=str(tmp_path / "out"), sql="SELECT * FROM chunk")
+    with pytest.warns(Warning):  # no worker announced the datajob handler
+        jobs.submit(console, spec)
+    part = spec.part_dir(0)
+    part.mkdir(parents=True)
+    (part / "part-0.parquet").write_bytes(b"p" * 1234)  # a chunk's part, staged
+    mirror(console)
+    page = f"/requests/default/{which}/"
+    html = operator.get(page).content.decode()
+    nonce = re.search(r'name="nonce" value="([^"]+)"', html)
+    assert nonce is not None
+    data_ = {"queue": "default", "nonce": nonce.group(1), "next": page, "request": [which],
+             "confirmed": "1"}
+    r = operator.post("/actions/cancel/", data_, follow=True)
+    said = r.content.decode()
+    assert "cancelled 1 of 1" in said
+    assert f"Data job dj1: removed its staging {spec.staging} (1,234 bytes)" in said
+    assert not spec.staging.exists()
+    assert console.state("dj1") == "cancelled" and console.state("dj1.combine") == "cancelled"
+    assert jobs.status(console, "dj1").state == "cancelled"
+    entry = AuditEntry.objects.get(action="cancel")
+    assert entry.actor == "otto" and entry.acted == 1
+

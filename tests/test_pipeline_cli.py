@@ -7,6 +7,8 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +18,11 @@ import redis
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from core.cli.datajob import build_spec, follow, show, submit
+from core.cli.datajob import build_spec, cancel, clean, follow, show, submit
 from core.pipeline import jobs
 from core.pipeline.spec import make_spec
 from core.queue import Queue
+from core.queue.errors import UnknownHandlerWarning
 from tests.conftest import keys_under
 from tests.pipeline_support import (  # noqa: F401  (fixtures)
     flights,
@@ -251,3 +254,125 @@ def test_the_same_job_submitted_again_changes_nothing(
     after = {k: redis_client.dump(k) for k in keys_under(redis_client, prefix)
              if not k.endswith((":events", ":stats"))}
     assert after == before
+
+
+def staged(spec: Any, files: int = 3, size: int = 1000) -> int:
+    """Staging data as a split and its chunks leave it: chunks/ and parts/; its bytes."""
+    for k in range(files):
+        for sub in ("chunks", "parts"):
+            d = spec.staging / sub / f"{k:05d}"
+            d.mkdir(parents=True, exist_ok=True)
+            (d / "part-0.parquet").write_bytes(b"x" * size)
+    return files * 2 * size
+
+
+def job_in(tmp_path: Path, job_id: str, **options: Any) -> Any:
+    data = tmp_path / "in.parquet"
+    if not data.exists():
+        flights(20).to_parquet(data)
+    spec = make_spec(job_id=job_id, input=str(data), format="parquet",
+                     output=str(tmp_path / f"out-{job_id}"), sql="SELECT * FROM chunk")
+    with warnings.catch_warnings():  # no worker announced the datajob handler
+        warnings.simplefilter("ignore", UnknownHandlerWarning)
+        jobs.submit(jobs_queue(), spec, jobs.QueueOptions(**options))
+    return spec
+
+
+def jobs_queue() -> Queue:
+    from core.conf import get_queue
+
+    return get_queue("default")
+
+
+@pytest.mark.django_db
+def test_cancel_removes_the_staging_once_nothing_runs_and_clean_finishes_what_it_left(
+    tmp_path: Path, django_queue: Queue
+) -> None:
+    q = django_queue
+    running = job_in(tmp_path, "run1")
+    [lease] = q.dequeue("w-busy", count=1)  # its split, running on a worker
+    size = staged(running)
+    idle = job_in(tmp_path, "idle1")
+    staged(idle)
+
+    # Nothing of idle1 runs: cancelled at once, its staging gone.
+    out = io.StringIO()
+    cancel("idle1", wait_s=5, stdout=out)
+    assert out.getvalue().splitlines() == [
+        "data job idle1 cancelled",
+        f"data job idle1: removed its staging {idle.staging} (6,000 bytes)"]
+    assert not idle.staging.exists()
+    assert q.state("idle1") == "cancelled" and q.state("idle1.combine") == "cancelled"
+
+    # run1's split does not stop within the wait: its staging stays, and it says so.
+    out = io.StringIO()
+    started = time.monotonic()
+    cancel("run1", wait_s=0.5, stdout=out)
+    assert 0.5 <= time.monotonic() - started < 5
+    said = out.getvalue()
+    assert "data job run1 cancelled" in said
+    assert "1 task(s) still running, so its staging" in said and "datajob clean" in said
+    assert running.staging.exists()
+    assert q.state("run1") == "cancelling" and q.state("run1.combine") == "cancelled"
+    out = io.StringIO()
+    clean(stdout=out)  # still running: not touched
+    assert running.staging.exists()
+    assert "removed 0 staging directories" in out.getvalue()
+
+    q.ack(lease)  # the split stops (as a worker releases a cancelled task)
+    assert q.state("run1") == "cancelled"
+    out = io.StringIO()
+    clean(dry_run=True, stdout=out)
+    assert out.getvalue().splitlines() == [
+        f"would remove {running.staging} (data job run1, cancelled, {size:,} bytes)",
+        f"would remove 1 staging directory, {size:,} bytes, in queue default; nothing done"]
+    assert running.staging.exists()
+    out = io.StringIO()
+    clean(stdout=out)
+    assert out.getvalue().splitlines()[0] == (
+        f"removed {running.staging} (data job run1, cancelled, {size:,} bytes)")
+    assert not running.staging.exists()
+    # Cancelling again changes nothing and says so.
+    out = io.StringIO()
+    cancel("run1", wait_s=0, stdout=out)
+    assert out.getvalue().splitlines() == [
+        "data job run1: nothing to cancel (finished or cancelled already)",
+        "data job run1: no staging left"]
+
+
+@pytest.mark.django_db
+def test_clean_never_touches_a_running_held_or_failed_job_but_removes_an_expired_ones(
+    tmp_path: Path, django_queue: Queue
+) -> None:
+    q = django_queue
+    failed = job_in(tmp_path, "failed1", max_attempts=1)
+    [lease] = q.dequeue("w-1", count=1)
+    q.fail(lease, "boom")  # the split's only attempt: a dead letter
+    assert jobs.status(q, "failed1").state == "failed"
+    waiting = job_in(tmp_path, "waiting1")  # queued, nothing run yet; its combine held
+    active = job_in(tmp_path, "active1")
+    q.dequeue("w-2", count=1)
+    gone = job_in(tmp_path, "gone1")
+    for spec in (failed, waiting, active, gone):
+        staged(spec)
+    # gone1's requests expired (their retention is shorter than its record's).
+    for rid in ("gone1", "gone1.combine"):
+        q.redis.delete(q.keys.request(rid), q.keys.tasks(rid))
+    assert jobs.status(q, "gone1").state == "expired"
+    out = io.StringIO()
+    removed = clean(stdout=out)
+    assert [c.job_id for c in removed] == ["gone1"]
+    assert not gone.staging.exists()
+    for spec in (failed, waiting, active):
+        assert spec.staging.exists(), spec.job_id
+    assert out.getvalue().splitlines()[-1] == (
+        "removed 1 staging directory, 6,000 bytes, in queue default")
+
+
+def test_cancel_of_what_is_no_data_job_is_refused(django_queue: Queue) -> None:
+    call_command("submit", '{"a": 1}', handler="noop", any_handler=True, request_id="plain1",
+                 stdout=io.StringIO(), stderr=io.StringIO())
+    for job_id in ("plain1", "nosuch"):
+        with pytest.raises(CommandError, match=f"no data job '{job_id}' in queue 'default'"):
+            cancel(job_id, stdout=io.StringIO())
+    assert django_queue.state("plain1") == "active"

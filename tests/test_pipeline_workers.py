@@ -96,6 +96,41 @@ def test_cancel_reaches_the_running_spark_job_and_no_output_is_marked_complete(
     (tmp_path / "hold").unlink()
 
 
+@pytest.mark.django_db
+def test_datajob_cancel_stops_the_running_chunk_then_removes_the_staging_data(
+    spawn_worker: Any, live_queue: Queue, held_job: Any, tmp_path: Path, settings: Any,
+    redis_server: Any, prefix: str,
+) -> None:
+    import io
+
+    from core.cli.datajob import cancel
+
+    settings.REDIS_URL, settings.QUEUE_PREFIX = redis_server.url, prefix  # queue "q" here
+    spec, _ = held_job
+    jobs.submit(live_queue, spec)
+    worker = start(spawn_worker, "w1")
+    wait_for(lambda: (tmp_path / "running").exists(), "chunk 1 to be mid-write")
+    assert spec.staging.exists()  # the chunks staged so far
+    out = io.StringIO()
+    started = time.monotonic()
+    cancel(spec.job_id, queue="q", stdout=out)
+    # It waited for the running chunk to stop (its Spark job cancelled), not for the hold.
+    assert time.monotonic() - started < 25
+    assert (tmp_path / "hold").exists()
+    assert out.getvalue().splitlines()[0] == f"data job {spec.job_id} cancelled"
+    assert f"data job {spec.job_id}: removed its staging {spec.staging} (" in out.getvalue()
+    assert not spec.staging.exists()
+    assert live_queue.state(spec.job_id) == "cancelled"
+    assert live_queue.state(jobs.combine_id(spec.job_id)) == "cancelled"
+    # Nothing left that looks complete: no output, no staging anywhere beside it.
+    assert not Path(spec.output).exists()
+    assert [p.name for p in Path(spec.output).parent.iterdir() if ".staging" in p.name] == []
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(30) == 0
+    (tmp_path / "hold").unlink()
+    assert not spec.staging.exists()  # the stopped chunk wrote nothing afterwards
+
+
 def jvm_of(worker_pid: int) -> int | None:
     """The pid of the Spark JVM a worker started (its app name carries the worker's pid)."""
     for proc in Path("/proc").iterdir():

@@ -18,7 +18,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from core.cli import command_errors
+from core.cli.ops import ops_errors
 from core.conf import get_queue
+from core.ops import actions
+from core.ops.actions import Result
+from core.ops.audit import os_actor
 from core.pipeline import jobs, spark, submission
 from core.pipeline.check import check_with_spark
 from core.pipeline.spec import MANIFEST, JobSpec, SpecError
@@ -175,3 +179,44 @@ def show(target: str, *, queue: str | None = None, stdout: TextIO | None = None)
         "spec": st.spec.to_dict(),
     }
     stdout.write(json.dumps(summary, indent=2) + "\n")
+
+
+def cancel(job_id: str, *, queue: str | None = None, wait_s: float = jobs.CANCEL_WAIT_S,
+           stdout: TextIO | None = None) -> Result:
+    """Cancel a data job (both its requests; audited as `manage.py cancel` is), wait up to
+    `wait_s` for its running tasks to stop, then remove its staging data; say what became of
+    it."""
+    stdout = stdout or sys.stdout
+    with command_errors("datajob cancel"):
+        q = get_queue(queue or "default")
+        validate_id(job_id, "job id")
+        if jobs.job_of(q, job_id) != job_id:
+            raise CommandError(f"no data job {job_id!r} in queue {q.name!r} (or its record has "
+                               "expired: `datajob clean` still removes its staging if it "
+                               "was cancelled)")
+    with ops_errors("datajob cancel"):
+        result = actions.cancel(os_actor(), q.name, [job_id], job_wait_s=wait_s)
+    stdout.write(f"data job {job_id} cancelled\n" if result.acted else
+                 f"data job {job_id}: nothing to cancel (finished or cancelled already)\n")
+    for note in result.notes:
+        stdout.write(note + "\n")
+    return result
+
+
+def clean(*, queue: str | None = None, dry_run: bool = False,
+          stdout: TextIO | None = None) -> list[jobs.Cleanup]:
+    """Remove the staging data of the queue's cancelled or expired jobs that have no task
+    running (never of a running, held, failed or done job); print each and the bytes."""
+    stdout = stdout or sys.stdout
+    with command_errors("datajob clean"):
+        q = get_queue(queue or "default")
+        removed = jobs.clean(q, dry_run=dry_run)
+    verb = "would remove" if dry_run else "removed"
+    for c in removed:
+        stdout.write(f"{verb} {c.staging} (data job {c.job_id}, {c.state}, "
+                     f"{c.removed_bytes or 0:,} bytes)\n")
+    total = sum(c.removed_bytes or 0 for c in removed)
+    stdout.write(f"{verb} {len(removed)} staging director{'y' if len(removed) == 1 else 'ies'}"
+                 f", {total:,} bytes, in queue {q.name}" + ("; nothing done" if dry_run else "")
+                 + "\n")
+    return removed

@@ -46,6 +46,8 @@ def _dry(actor: Actor, action: str, queue: str, target: str, count: int, out: Te
 
 def _done(result: Result, out: TextIO) -> Result:
     out.write(result.message + "\n")
+    for note in result.notes:
+        out.write(note + "\n")
     return result
 
 

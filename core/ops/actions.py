@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
 
 from core.conf import DEFAULT_QUEUE, get_queue, redis_client
+from core.pipeline import jobs
 from core.queue import (
     InvalidInput,
     Queue,
@@ -37,6 +38,9 @@ __all__ = ["Actor", "PendingRef", "Result", "cancel", "claim", "delete_dead", "p
            "reclaim_worker", "release", "requeue_dead", "requeue_request", "resume"]
 
 CHUNK = 1000  # targets per call into Redis, and the most a direct action takes
+# How long a direct cancel (console, `manage.py cancel`) waits for a data job's running tasks
+# to stop before removing its staging data: a running chunk stops at its next lease renewal.
+JOB_WAIT_S = 15.0
 PAST = {"requeue": "requeued", "delete": "deleted", "cancel": "cancelled", "claim": "claimed",
         "release": "released", "reclaim": "released", "pause": "paused", "resume": "resumed"}
 
@@ -48,6 +52,7 @@ class Result:
     skipped: int
     message: str  # what the page shows: "requeued 3,214 of 3,214; 0 skipped"
     audit_id: int
+    notes: tuple[str, ...] = ()  # what else came of it (a data job's staging removed, ...)
 
 
 @dataclass(frozen=True)
@@ -64,6 +69,7 @@ class PendingRef:
 class Tally:
     acted: int = 0
     skipped: int = 0
+    notes: list[str] = field(default_factory=list)
 
 
 def message(action: str, acted: int, skipped: int) -> str:
@@ -139,7 +145,7 @@ def run(
     entry = audit.record(actor, action, queue, target=target, count=count, acted=tally.acted,
                          skipped=tally.skipped)
     return Result(action, tally.acted, tally.skipped,
-                  message(action, tally.acted, tally.skipped), entry.id)
+                  message(action, tally.acted, tally.skipped), entry.id, tuple(tally.notes))
 
 
 def _dead_action(who: Any, action: str, queue: str, dead_ids: Sequence[str],
@@ -180,17 +186,28 @@ def requeue_request(actor: Any, queue: str, request_id: str) -> Result:
                lambda: _ids([request_id], "request id", _request_id)[0], act)
 
 
-def cancel(actor: Any, queue: str, request_ids: list[str]) -> Result:
+def cancel(actor: Any, queue: str, request_ids: list[str], *,
+           job_wait_s: float = JOB_WAIT_S) -> Result:
     """Requests deliver no more tasks; running ones are told to stop. A request already
-    finished, cancelled or gone is skipped."""
+    finished, cancelled or gone is skipped. A data job's request cancels the whole job and
+    removes its staging data (core.pipeline.jobs.cancel, waiting up to `job_wait_s` for its
+    running tasks to stop)."""
     ids_in = list(request_ids) if not isinstance(request_ids, str) else [request_ids]
     return run(actor, "cancel", queue, describe_ids([str(i) for i in ids_in]), len(ids_in),
-               lambda: _ids(ids_in, "request id", _request_id), cancel_each)
+               lambda: _ids(ids_in, "request id", _request_id),
+               lambda q, rids, tally: cancel_each(q, rids, tally, job_wait_s=job_wait_s))
 
 
-def cancel_each(q: Queue, rids: list[str], tally: Tally) -> None:
-    """Cancel each request (one call into Redis each), counting as it goes."""
+def cancel_each(q: Queue, rids: list[str], tally: Tally, *, job_wait_s: float = 0.0) -> None:
+    """Cancel each request (one call into Redis each), counting as it goes; then the data jobs
+    among them as a whole (both requests, staging data: see core.pipeline.jobs.cancel), with
+    one deadline of `job_wait_s` for all (0, for bulk runs: a job still running keeps its
+    staging for `datajob clean`)."""
+    data_jobs: list[str] = []
     for rid in rids:
+        job = jobs.job_of(q, rid)
+        if job is not None:
+            data_jobs.append(job)
         try:
             outcome = q.cancel(rid)
         except UnknownRequest:
@@ -200,6 +217,9 @@ def cancel_each(q: Queue, rids: list[str], tally: Tally) -> None:
             tally.acted += 1
         else:
             tally.skipped += 1
+    if data_jobs:
+        for done in jobs.cancel(q, data_jobs, wait_s=job_wait_s):
+            tally.notes.append(done.describe())
 
 
 def _refs(entries: Sequence[PendingRef]) -> list[PendingRef]:

@@ -15,12 +15,17 @@ each chunk's report (rows in and out, seconds, attempt, worker) and, once done, 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import shutil
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from core.queue import Queue, introspect
+from core.queue import Queue, UnknownRequest, introspect
 from core.queue.models import DeadLetter, RequestInfo
 
 from .spec import JobSpec, SpecError
@@ -198,3 +203,128 @@ def wait(q: Queue, job_id: str, *, timeout: float | None = None, poll: float = 0
         if st.finished or (deadline is not None and time.monotonic() > deadline):
             return st
         time.sleep(poll)
+
+
+# -- cancel and clean up -----------------------------------------------------------------
+
+CANCEL_WAIT_S = 30.0  # how long `datajob cancel` waits for running tasks to stop
+
+
+def job_of(q: Queue, request_id: str) -> str | None:
+    """The data job whose request `request_id` is (its chunk request or its combine
+    follow-up, while the job's record lasts), or None for any other request."""
+    info = introspect.request(q, request_id)
+    if info is not None and info.handler != HANDLER:
+        return None
+    job = request_id
+    if info is not None and info.after is not None:
+        if request_id != combine_id(info.after):
+            return None
+        job = info.after
+    return job if q.redis.hexists(record_key(q, job), "spec") else None
+
+
+@dataclass(frozen=True)
+class Cleanup:
+    """What became of a job's staging directory."""
+
+    job_id: str
+    state: str  # the job's state after the cancel (done, cancelled, ...)
+    staging: Path | None  # None: the job's record (hence where its staging is) is gone
+    removed_bytes: int | None = None  # None: nothing removed (see `leased`, `state`)
+    leased: int = 0  # tasks of the job still running when it gave up waiting
+
+    def describe(self) -> str:
+        if self.staging is None:
+            return f"data job {self.job_id}: its record has expired; staging unknown"
+        if self.removed_bytes is not None:
+            return (f"data job {self.job_id}: removed its staging {self.staging} "
+                    f"({self.removed_bytes:,} bytes)")
+        if self.leased:
+            return (f"data job {self.job_id}: {self.leased} task(s) still running, so its "
+                    f"staging {self.staging} stays; `manage.py datajob clean` removes it once "
+                    "they have stopped")
+        if self.state == "done":
+            return f"data job {self.job_id} is done: nothing to cancel or remove"
+        if self.state not in CLEANABLE:
+            return f"data job {self.job_id} is {self.state}: its staging {self.staging} stays"
+        return f"data job {self.job_id}: no staging left"
+
+
+CLEANABLE = ("cancelled", "expired")  # never a running, held, failed or done job
+
+
+def _leased(q: Queue, job_id: str) -> tuple[int, bool]:
+    """Tasks of the job leased now, and whether a request of it is still stopping."""
+    infos = [introspect.request(q, rid) for rid in (job_id, combine_id(job_id))]
+    leased = sum(i.leased for i in infos if i is not None)
+    return leased, any(i is not None and i.state == "cancelling" for i in infos)
+
+
+def _dir_bytes(path: Path) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):  # gone meanwhile
+                total += os.lstat(os.path.join(root, name)).st_size
+    return total
+
+
+def remove_staging(q: Queue, job_id: str, *, dry_run: bool = False) -> Cleanup:
+    """Remove the job's staging directory if the job is cancelled or gone (its requests
+    expired) and none of its tasks is leased; else leave it and say why. A failed job keeps
+    its staging: requeuing its dead letter finishes it from there."""
+    st = status(q, job_id)
+    if st.spec is None:
+        return Cleanup(job_id, st.state, None)
+    staging = st.spec.staging
+    leased, stopping = _leased(q, job_id)
+    if st.state not in CLEANABLE or leased or stopping:
+        return Cleanup(job_id, st.state, staging, None, max(leased, int(stopping)))
+    if not staging.exists():
+        return Cleanup(job_id, st.state, staging)
+    size = _dir_bytes(staging)
+    if not dry_run:
+        shutil.rmtree(staging, ignore_errors=True)
+    return Cleanup(job_id, st.state, staging, size)
+
+
+def cancel(q: Queue, job_ids: Iterable[str], *, wait_s: float = CANCEL_WAIT_S,
+           poll: float = 0.25) -> list[Cleanup]:
+    """Cancel each job's two requests (the chunks not started are dropped, running ones stop
+    at their next lease renewal: the worker cancels their Spark job group), wait up to
+    `wait_s` (one deadline for all) until none of their tasks is leased, then remove their
+    staging data. A job still running then keeps its staging (Cleanup.leased says so) until
+    `datajob clean`. UnknownRequest for an id that is no data job of the queue."""
+    ids = list(dict.fromkeys(job_ids))
+    for job_id in ids:
+        if not q.redis.hexists(record_key(q, job_id), "spec"):
+            raise UnknownRequest(f"no data job {job_id!r} in queue {q.name!r} (or its record "
+                                 "has expired)")
+    for job_id in ids:
+        for rid in (job_id, combine_id(job_id)):
+            with contextlib.suppress(UnknownRequest):  # expired, or never made
+                q.cancel(rid)
+    deadline = time.monotonic() + wait_s
+    while any(sum(_leased(q, j)) for j in ids) and time.monotonic() < deadline:
+        time.sleep(poll)
+    return [remove_staging(q, job_id) for job_id in ids]
+
+
+def clean(q: Queue, *, dry_run: bool = False) -> list[Cleanup]:
+    """Remove the staging data of every job of the queue that is cancelled or gone and has no
+    task running; running, held, failed and done jobs are not touched. Walks the queue's job
+    records (a SCAN: for this command, never for a page)."""
+    base = record_key(q, "")
+    out = []
+    for key in q.redis.scan_iter(match=f"{_glob_escape(base)}*", count=500):
+        name = key.decode() if isinstance(key, bytes) else str(key)
+        job_id = name[len(base):]
+        got = remove_staging(q, job_id, dry_run=dry_run)
+        if got.removed_bytes is not None:
+            out.append(got)
+    return sorted(out, key=lambda c: c.job_id)
+
+
+def _glob_escape(text: str) -> str:
+    return "".join(f"\\{c}" if c in "*?[]\\" else c for c in text)

@@ -57,6 +57,8 @@ def explain(result: Any) -> str:
     if skipped and why:
         verb = "was" if skipped == 1 else "were"
         text += f". {why.format(n=f'{skipped:,} {verb}')}."
+    for note in getattr(result, "notes", ()):
+        text += f" {note[:1].upper()}{note[1:]}."
     return text
 
 

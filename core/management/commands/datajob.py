@@ -1,4 +1,4 @@
-"""`manage.py datajob submit ...` and `manage.py datajob show ID`: data jobs on PySpark
+"""`manage.py datajob submit ...`, `show ID`, `cancel ID` and `clean`: data jobs on PySpark
 (docs/pipeline.md)."""
 
 from __future__ import annotations
@@ -9,14 +9,16 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from core.cli import raw_stream
-from core.cli.datajob import build_spec, queue_options, show, submit
+from core.cli.datajob import build_spec, cancel, clean, queue_options, show, submit
+from core.pipeline.jobs import CANCEL_WAIT_S
 
 
 class Command(BaseCommand):
     help = (
         "Data jobs: `submit` checks a job (input, SQL against the input's schema, transform, "
         "output) and queues it: split into chunks on a worker, each chunk transformed, the "
-        "parts combined once; `show ID` prints its manifest."
+        "parts combined once; `show ID` prints its manifest; `cancel ID` cancels a job and "
+        "removes its staging data; `clean` removes what cancelled or expired jobs left."
     )
 
     def add_arguments(self, parser: ArgumentParser) -> None:
@@ -58,11 +60,32 @@ class Command(BaseCommand):
         sh = sub.add_parser("show", help="print a job's manifest (by id, or an output dir)")
         sh.add_argument("job", metavar="ID|OUTPUT_DIR")
         sh.add_argument("--queue", "-q", help="queue name (default: default)")
+        c = sub.add_parser("cancel", help="cancel a job (both its requests), wait for its "
+                                          "running tasks to stop, remove its staging data")
+        c.add_argument("job", metavar="ID")
+        c.add_argument("--queue", "-q", help="queue name (default: default)")
+        c.add_argument("--wait", type=float, default=CANCEL_WAIT_S, metavar="S",
+                       help=f"wait at most S s for running tasks to stop (default "
+                            f"{CANCEL_WAIT_S:g}); a job still running keeps its staging until "
+                            "`datajob clean`")
+        cl = sub.add_parser("clean", help="remove the staging data of cancelled or expired "
+                                          "jobs with no task running")
+        cl.add_argument("--queue", "-q", help="queue name (default: default)")
+        cl.add_argument("--dry-run", action="store_true",
+                        help="print what it would remove; remove nothing")
 
     def handle(self, *args: Any, **o: Any) -> None:
         out, err = raw_stream(self.stdout), raw_stream(self.stderr)
         if o["action"] == "show":
             show(o["job"], queue=o["queue"], stdout=out)
+            return
+        if o["action"] == "cancel":
+            if o["wait"] < 0:
+                raise CommandError("--wait: a number of seconds, 0 or more")
+            cancel(o["job"], queue=o["queue"], wait_s=o["wait"], stdout=out)
+            return
+        if o["action"] == "clean":
+            clean(queue=o["queue"], dry_run=o["dry_run"], stdout=out)
             return
         if o["timeout"] is not None and not o["wait"]:
             raise CommandError("--timeout applies only with --wait")
