@@ -316,3 +316,50 @@ def test_cancelling_either_request_of_a_job_cancels_it_and_removes_its_staging(
     entry = AuditEntry.objects.get(action="cancel")
     assert entry.actor == "otto" and entry.acted == 1
 
+
+def test_a_failed_chunk_shows_failed_with_its_reason_and_a_link_to_its_dead_letter(
+    console: Queue, viewer: Client, tmp_path: Path
+) -> None:
+    data = sample_input(tmp_path)
+    spec = make_spec(job_id="dj1", input=str(data), format="parquet",
+                     output=str(tmp_path / "out"), sql="SELECT * FROM chunk", chunks=3)
+    with pytest.warns(Warning):  # no worker announced the datajob handler
+        jobs.submit(console, spec, jobs.QueueOptions(max_attempts=1))
+    # As a worker would run it: the split adds three chunks; chunks 0 and 2 are done, chunk 1
+    # (still running: pending) then fails on its only attempt: a dead letter.
+    [split] = console.dequeue("w-one", count=1)
+    console.add("dj1", [jobs.payload("chunk", spec, chunk=k) for k in range(3)])
+    console.seal("dj1")
+    console.ack(split)
+    leases = {lease.payload["chunk"]: lease for lease in console.dequeue("w-one", count=3)}
+    console.redis.hset(jobs.record_key(console, "dj1"), "chunks", 3)
+    for k in (0, 2):
+        report = {"chunk": k, "rows_in": 1, "rows_out": 1, "seconds": 0.5, "attempt": 1,
+                  "worker": "w-one"}
+        console.redis.hset(jobs.record_key(console, "dj1"), f"chunk:{k}", json.dumps(report))
+        console.ack(leases[k])
+    html = viewer.get("/jobs/default/dj1/").content.decode()
+    assert '<tr data-chunk="1"><td class="n">1</td><td class="chunk-state">pending</td>' in html
+    why = "ValueError: bad row 500: fix the data and requeue " + "x" * 300
+    console.fail(leases[1], f"DataJobError: chunk 1 of job dj1: {why}")
+    assert jobs.status(console, "dj1").state == "failed"
+    mirror(console)
+    html = viewer.get("/jobs/default/dj1/").content.decode()
+    rows = dict(re.findall(r'<tr data-chunk="(\d)"[^>]*>(.*?)</tr>', html, re.S))
+    assert "<td class=\"chunk-state\">done</td>" in rows["0"]
+    assert "<td class=\"chunk-state\">done</td>" in rows["2"]
+    failed = rows["1"]
+    assert ">failed</a>: <span class=\"reason\">ValueError: bad row 500: fix the data and " \
+        "requeue xxx" in failed
+    assert "…</span>" in failed and "x" * 200 not in failed  # shortened
+    assert 'data-chunk="1" class="bad"' in html
+    [letter] = introspect.request_dead_letters(console, "dj1")
+    link = re.search(r'href="([^"]+)"[^>]*>failed</a>', failed)
+    assert link is not None
+    href = link.group(1).replace("&amp;", "&")
+    assert href.endswith(f"#dead-{letter.id}")
+    # The link opens the dead letter's group, with that letter on it.
+    group = viewer.get(href.split("#")[0])
+    assert group.status_code == 200
+    assert f'id="dead-{letter.id}"' in group.content.decode()
+

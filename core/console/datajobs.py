@@ -8,22 +8,30 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.mirror.fingerprint import fingerprint
 from core.pipeline import jobs
 from core.pipeline.spec import SUCCESS, JobSpec
 from core.queue import Queue
+from core.queue.models import DeadLetter
 
 PREVIEW_ROWS = 20
+
+
+REASON_CHARS = 160  # of a failed chunk's error, on the page (the dead letter has it all)
 
 
 @dataclass(frozen=True)
 class Chunk:
     index: int
-    state: str  # done, or pending (not reported yet)
+    state: str  # done, failed (its task is a dead letter), or pending (not reported yet)
     rows_in: int | None = None
     rows_out: int | None = None
     seconds: float | None = None
     attempt: int | None = None
     worker: str = ""
+    reason: str = ""  # failed: the dead letter's error, shortened
+    letter: str = ""  # failed: the dead letter's id
+    fingerprint: str = ""  # failed: its group on the Dead letters page
 
 
 @dataclass(frozen=True)
@@ -34,14 +42,47 @@ class Preview:
 
 
 def chunks_of(st: jobs.JobStatus) -> list[Chunk]:
-    """One row per chunk once the split has counted them; reported chunks with their figures."""
+    """One row per chunk once the split has counted them: reported chunks with their
+    figures, chunks whose task is a dead letter as failed (with why), the rest pending."""
     n = st.chunks if st.chunks is not None else len(st.reports)
+    dead = _dead_chunks(st.letters)
     out = []
     for k in range(n):
         r = st.reports.get(k)
-        out.append(Chunk(k, "pending") if r is None else Chunk(
-            k, "done", r.rows_in, r.rows_out, r.seconds, r.attempt, r.worker))
+        letter = dead.get(k)
+        if r is not None:
+            out.append(Chunk(k, "done", r.rows_in, r.rows_out, r.seconds, r.attempt, r.worker))
+        elif letter is not None:
+            out.append(Chunk(k, "failed", attempt=letter.attempts, worker=letter.worker,
+                             reason=reason(letter.error, st.job_id, k), letter=letter.id,
+                             fingerprint=fingerprint(letter.handler, letter.error).fingerprint))
+        else:
+            out.append(Chunk(k, "pending"))
     return out
+
+
+def _dead_chunks(letters: list[DeadLetter]) -> dict[int, DeadLetter]:
+    """Chunk number -> its task's dead letter (the latest, if several)."""
+    out: dict[int, DeadLetter] = {}
+    for d in letters:
+        try:
+            p = json.loads(d.payload)
+        except ValueError:
+            continue
+        if isinstance(p, dict) and p.get("op") == "chunk" and isinstance(p.get("chunk"), int):
+            k = p["chunk"]
+            if k not in out or d.id > out[k].id:  # stream ids of one length: later is bigger
+                out[k] = d
+    return out
+
+
+def reason(error: str, job_id: str, k: int) -> str:
+    """A dead letter's error without what the page says already (the exception the pipeline
+    wraps it in, which chunk of which job), cut to REASON_CHARS."""
+    text = " ".join(error.split())
+    text = text.removeprefix("DataJobError: ").removeprefix("JvmDied: ")
+    text = text.removeprefix(f"chunk {k} of job {job_id}: ")
+    return text if len(text) <= REASON_CHARS else text[: REASON_CHARS - 1].rstrip() + "…"
 
 
 def preview(spec: JobSpec | None, *, rows: int = PREVIEW_ROWS) -> Preview | None:

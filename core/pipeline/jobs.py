@@ -139,6 +139,7 @@ class JobStatus:
     failures: list[str] = field(default_factory=list)  # which task failed, and why
     request: RequestInfo | None = None
     combine: RequestInfo | None = None
+    letters: list[DeadLetter] = field(default_factory=list)  # the job's dead letters
 
     @property
     def finished(self) -> bool:
@@ -170,10 +171,12 @@ def status(q: Queue, job_id: str) -> JobStatus:
     reports = {int(k.split(":", 1)[1]): ChunkReport.from_json(v)
                for k, v in rec.items() if k.startswith("chunk:")}
     manifest = json.loads(rec["manifest"]) if "manifest" in rec else None
-    failures = [describe_letter(d) for rid in (job_id, combine_id(job_id))
-                for d in introspect.request_dead_letters(q, rid)]
+    letters = [d for rid in (job_id, combine_id(job_id))
+               for d in introspect.request_dead_letters(q, rid)]
+    failures = [describe_letter(d) for d in letters]
     chunks = int(rec["chunks"]) if "chunks" in rec else None
-    st = JobStatus(job_id, spec, "running", chunks, reports, manifest, failures, req, comb)
+    st = JobStatus(job_id, spec, "running", chunks, reports, manifest, failures, req, comb,
+                   letters)
     if manifest is not None or (comb is not None and comb.state == "done"):
         st.state = "done"
     elif any(r is not None and r.state in ("cancelled", "cancelling") for r in (req, comb)):
