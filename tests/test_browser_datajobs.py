@@ -108,6 +108,9 @@ def test_submit_a_job_on_the_sample_and_watch_it_finish(
     page.locator("#job-state", has_text=re.compile(r"^done$")).wait_for(
         timeout=FIRST_JOB_S * 1000)
     assert page.evaluate("window.__notReloaded") is True  # htmx swapped, nothing reloaded
+    # The queue's strip came with the last poll: not the figures of when the page opened.
+    strip = page.locator("#strip").inner_text()
+    assert "0 leased" in strip and "0 waiting" in strip, strip
     rows = page.locator("#chunks tbody tr")
     assert rows.count() == 4
     for k in range(4):

@@ -363,3 +363,41 @@ def test_a_failed_chunk_shows_failed_with_its_reason_and_a_link_to_its_dead_lett
     assert group.status_code == 200
     assert f'id="dead-{letter.id}"' in group.content.decode()
 
+
+def strip_of(html: str) -> str:
+    m = re.search(r'<div class="strip" id="strip".*?</div>', html, re.S)
+    assert m is not None, html[-2000:]
+    return " ".join(re.sub(r"<[^>]+>", " ", m.group(0)).split())
+
+
+def test_the_queues_strip_follows_the_poll_so_a_done_job_shows_no_stale_leased_task(
+    console: Queue, viewer: Client, tmp_path: Path
+) -> None:
+    data = sample_input(tmp_path)
+    spec = make_spec(job_id="dj1", input=str(data), format="parquet",
+                     output=str(tmp_path / "out"), sql="SELECT * FROM chunk", chunks=1)
+    with pytest.warns(Warning):  # no worker announced the datajob handler
+        jobs.submit(console, spec)
+    [split] = console.dequeue("w-one", count=1)
+    console.add("dj1", [jobs.payload("chunk", spec, chunk=0)])
+    console.seal("dj1")
+    console.ack(split)
+    [chunk] = console.dequeue("w-one", count=1)
+    key = jobs.record_key(console, "dj1")
+    report = {"chunk": 0, "rows_in": 1, "rows_out": 1, "seconds": 0.5, "attempt": 1,
+              "worker": "w-one"}
+    console.redis.hset(key, mapping={"chunks": 1, "chunk:0": json.dumps(report)})
+    console.ack(chunk)
+    [combine] = console.dequeue("w-one", count=1)  # the combine step runs
+    page = viewer.get("/jobs/default/dj1/").content.decode()
+    assert strip_of(page) == "queue default: 0 waiting 1 leased 0 delayed 0 dead 0 live workers"
+    console.redis.hset(key, "manifest", json.dumps({"job": "dj1", "rows_in": 1}))
+    console.ack(combine)
+    assert jobs.status(console, "dj1").state == "done"
+    # The page's next poll: the job is done (polling stops) and the strip says 0 leased.
+    poll = viewer.get("/jobs/default/dj1/", headers={"HX-Request": "true", "HX-Target": "live"})
+    body = poll.content.decode()
+    assert poll.status_code == 286
+    assert body.lstrip().startswith('<section id="live"') and 'id="job-state">done<' in body
+    assert 'id="strip" hx-swap-oob="true"' in body
+    assert strip_of(body) == "queue default: 0 waiting 0 leased 0 delayed 0 dead 0 live workers"

@@ -12,6 +12,7 @@ from typing import Any, ParamSpec
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.template.loader import render_to_string
 from django.views.decorators.http import require_safe
 
 from core.console.aggregates import summary
@@ -64,7 +65,13 @@ def page(
         **context,
     }
     if polled(request):
-        return render(request, f"{template}#live", ctx, status=status if live else 286)
+        # The queue's strip under the navigation comes along out of band: outside the live
+        # fragment, it would otherwise keep the figures of when the page was opened (a done
+        # job's page showed "1 leased", its combine step running at the time).
+        body = render_to_string(f"{template}#live", ctx, request)
+        if ctx["summary"]:
+            body += render_to_string("core/_strip.html", {**ctx, "oob": True}, request)
+        return HttpResponse(body, status=status if live else 286)
     return render(request, template, ctx, status=status)
 
 
