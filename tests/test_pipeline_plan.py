@@ -264,3 +264,23 @@ def test_a_slice_over_files_of_different_schemas_says_which_differ(
             f"(id string, carrier string) where {d / 'a.parquet'} has (id int64, carrier "
             "string)") in failure
     assert not list(spec.chunk_dir(1).parent.glob(".tmp-*"))  # no half-staged slice left
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("analysed", [False, True])
+def test_sql_spark_refuses_fails_the_split_once_unless_analysed_at_submit(
+    dq: Queue, spark_session: Any, tmp_path: Path, analysed: bool
+) -> None:
+    data = lay_out(tmp_path, flights(600), "many groups")
+    spec = spec_for(tmp_path, data, sql="SELECT no_such_column FROM chunk", chunks=3)
+    jobs.submit(dq, spec, jobs.QueueOptions(max_attempts=1), analysed=analysed)
+    run_worker(dq)
+    st = jobs.status(dq, spec.job_id)
+    assert st.state == "failed"
+    if analysed:  # what `datajob submit` refuses never gets here; the chunks then fail
+        assert len(st.failures) == 3 and all(f.startswith("chunk ") for f in st.failures)
+    else:  # the console's form: the split analyses it and fails alone, with the reason
+        [failure] = st.failures
+        assert failure.startswith("the split failed after 1 attempt(s)"), failure
+        assert "--sql names `no_such_column`, which the data does not have" in failure
+        assert st.chunks is None

@@ -93,7 +93,7 @@ def submit(
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", UnknownHandlerWarning)
             try:
-                created = jobs.submit(q, spec, options)
+                created = jobs.submit(q, spec, options, analysed=True)  # by build_spec
             except SpecError as exc:  # the id is another request's: nothing was written
                 raise CommandError(f"data job refused: {exc}") from exc
         if caught:

@@ -85,10 +85,13 @@ def check_id_free(q: Queue, job_id: str) -> None:
                          f"the combine step of data job {job_id}")
 
 
-def submit(q: Queue, spec: JobSpec, options: QueueOptions | None = None) -> bool:
-    """Queue the job (spec already checked); returns False if a job with this id existed
+def submit(q: Queue, spec: JobSpec, options: QueueOptions | None = None, *,
+           analysed: bool = False) -> bool:
+    """Queue the job (spec checked by make_spec); returns False if a job with this id existed
     (nothing is changed then, so a retried submit is harmless). JobIdTaken, with nothing
-    written, if the id (or its combine id) is another request's."""
+    written, if the id (or its combine id) is another request's. analysed=True when Spark
+    has analysed the SQL against the input's schema already (check.check_with_spark, as
+    `datajob submit` does): the split then does not analyse it again."""
     o = options or QueueOptions()
     check_id_free(q, spec.job_id)
     opts: dict[str, Any] = {"priority": o.priority, "tenant": o.tenant,
@@ -106,7 +109,7 @@ def submit(q: Queue, spec: JobSpec, options: QueueOptions | None = None) -> bool
                    request_id=combine_id(spec.job_id), **opts)
     info = introspect.request(q, spec.job_id)
     if info is not None and info.total == 0 and info.state == "open":
-        q.add(spec.job_id, [payload("split", spec)])
+        q.add(spec.job_id, [payload("split", spec, checked=analysed)])
     return created
 
 
