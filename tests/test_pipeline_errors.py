@@ -31,6 +31,11 @@ JAVA_TRACE = ("\nJVM stacktrace:\norg.apache.spark.SparkException: x\n"
     (named("SparkException", "[FAILED_READ_FILE.NO_HINT] Encountered error while reading "
            "file file:/d/in.parquet."),
      "chunk 3 of job J: an input file is corrupt or not in the format given (--format)"),
+    (named("SparkException", "[FAILED_READ_FILE.PARQUET_COLUMN_DATA_TYPE_MISMATCH] Data type "
+           "mismatches when reading Parquet column [id]. Expected Spark type bigint, actual "
+           "Parquet type BINARY."),
+     "chunk 3 of job J: the input's files do not share one schema (a column's type differs "
+     "from one file to another): [FAILED_READ_FILE.PARQUET_COLUMN_DATA_TYPE_MISMATCH]"),
     (named("Py4JNetworkError", "Answer from Java side is empty"),
      "chunk 3 of job J: the worker's Spark JVM died (Answer from Java side is empty); the "
      "worker exits for its supervisor to restart it"),

@@ -54,6 +54,9 @@ def explain(exc: BaseException, *, where: str, sql_option: str = "--sql") -> str
         return (f"{where}: Spark ran out of memory ({brief}). Split the input into more chunks "
                 "(--chunks or --rows-per-chunk), or give Spark more memory "
                 "(spark.driver.memory for local[*], executor memory on a cluster)")
+    if "PARQUET_COLUMN_DATA_TYPE_MISMATCH" in text or "SchemaColumnConvertNotSupported" in text:
+        return (f"{where}: the input's files do not share one schema (a column's type differs "
+                f"from one file to another): {brief}")
     if any(s in text for s in ("FAILED_READ_FILE", "is not a Parquet file", "CORRUPT",
                                "MALFORMED_RECORD", "magic number", "Malformed",
                                "EOFException", "Could not read footer")):
