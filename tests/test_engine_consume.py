@@ -19,6 +19,32 @@ def test_priority_is_strict_between_levels(queue: Queue) -> None:
     assert order == ["high"] * 3 + ["mid"] * 3 + ["low"] * 3
 
 
+def test_priority_stays_strict_after_the_queue_sequence_passes_a_band(queue: Queue) -> None:
+    """A slot's place in `ready` was band(prio) + the queue's sequence, which every request
+    and rotation advances: past 1e12 (~230 days at 50,000 a second) a slot landed in the
+    next lower priority's band and was served after it."""
+    queue.submit(["mid"], request_id="mid", priority=89, handler="echo")
+    queue.redis.set(queue.keys.base + "seq", 2 * 10**12)  # a queue that has lived long
+    queue.submit(["high"], request_id="high", priority=90, handler="echo")
+    assert [lease.payload for lease in queue.dequeue("w", 2)] == ["high", "mid"]
+
+
+def test_a_band_near_its_width_is_renumbered_in_its_order(queue: Queue) -> None:
+    for tenant in ("a", "b", "c"):
+        queue.submit([tenant] * 3, request_id=tenant, tenant=tenant, handler="echo")
+    ready = queue.keys.base + "ready"
+    band = 49 * 10**12  # priority 50
+    near = band + 10**12 // 2 - 1  # the band's last offset about to pass half its width
+    for i, slot in enumerate(queue.redis.zrange(ready, 0, -1)):
+        queue.redis.zadd(ready, {slot: near - 2 + i})
+    order = [queue.dequeue("w", 1)[0].payload for _ in range(6)]
+    assert order == ["a", "b", "c", "a", "b", "c"]  # the rotation went on in turn
+    scores = [score for _, score in queue.redis.zrange(ready, 0, -1, withscores=True)]
+    # The second rotation's offset passed half the band's width: the band became 1, 2, 3,
+    # the rotated slot 4; each of the four rotations after took one more.
+    assert scores == [band + 6, band + 7, band + 8]
+
+
 def test_concurrency_limit_holds_until_a_slot_frees(queue: Queue) -> None:
     queue.submit(list(range(10)), request_id="r", concurrency=2, handler="echo")
     first = queue.dequeue("w1", 10)

@@ -5,7 +5,7 @@
 -- Every ARGV "now (ms)" may be 0: the operation then reads the Redis server's clock (TIME).
 --
 -- Every script receives the same eight queue-level keys first, in this order:
---   KEYS[1] <p>:{Q}:ready    zset  tenant slots "<prio>:<tenant>" -> band(prio) + seq
+--   KEYS[1] <p>:{Q}:ready    zset  tenant slots "<prio>:<tenant>" -> band(prio) + place in band
 --   KEYS[2] <p>:{Q}:leases   zset  "<rid>/<task>/<delivery>" -> lease expiry (ms)
 --   KEYS[3] <p>:{Q}:delayed  zset  "<rid>/<task>" -> due time (ms)
 --   KEYS[4] <p>:{Q}:dead     stream dead letters
@@ -199,6 +199,27 @@ local function next_seq(n)
   return redis.call('INCRBY', K_SEQ, n or 1)
 end
 
+-- The score that puts a slot last in its priority's band of `ready`: one past the band's
+-- last slot. Offsets within a band grow only with that band's rotations (not with the
+-- queue's sequence, which every request and rotation advances), and when they reach half the
+-- band's width the band is renumbered 1..k in its order: a slot never crosses into the next
+-- band, so strict priority holds however long the queue lives.
+local RENUMBER_AT = BAND / 2
+local function band_tail(prio)
+  local lo = (99 - prio) * BAND
+  local from, to = string.format('%.0f', lo), '(' .. string.format('%.0f', lo + BAND)
+  local last = redis.call('ZRANGE', K_READY, to, from, 'BYSCORE', 'REV', 'LIMIT', '0', '1',
+                          'WITHSCORES')
+  local offset = 1
+  if last[2] then offset = tonumber(last[2]) - lo + 1 end
+  if offset > RENUMBER_AT then
+    local band = redis.call('ZRANGE', K_READY, from, to, 'BYSCORE')
+    for i = 1, #band do redis.call('ZADD', K_READY, 'XX', lo + i, band[i]) end
+    offset = #band + 1
+  end
+  return lo + offset
+end
+
 local function event(kind, rid, ...)
   redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_MAXLEN, '*', 'type', kind, 'request', rid, ...)
 end
@@ -386,7 +407,7 @@ local function sync_ready(h)
   if elig then
     redis.call('ZADD', tk, next_seq(), h.id)
     if not redis.call('ZSCORE', K_READY, slot) then
-      redis.call('ZADD', K_READY, (99 - h.priority) * BAND + next_seq(), slot)
+      redis.call('ZADD', K_READY, band_tail(h.priority), slot)
     end
     DISPATCH, READY_HELD = true, true
   elseif redis.call('ZREM', tk, h.id) == 1 and redis.call('EXISTS', tk) == 0 then
@@ -451,7 +472,7 @@ local function take_ready(consumer, want, lease_override, out)
     if not left then
       redis.call('ZREM', K_READY, slot)
     elseif not alone then
-      redis.call('ZADD', K_READY, 'XX', (99 - prio) * BAND + next_seq(), slot)
+      redis.call('ZADD', K_READY, 'XX', band_tail(prio), slot)
     end
   end
   flush_leases()
