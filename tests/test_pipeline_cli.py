@@ -376,3 +376,23 @@ def test_cancel_of_what_is_no_data_job_is_refused(django_queue: Queue) -> None:
         with pytest.raises(CommandError, match=f"no data job '{job_id}' in queue 'default'"):
             cancel(job_id, stdout=io.StringIO())
     assert django_queue.state("plain1") == "active"
+
+
+def test_a_job_whose_requests_expired_runs_again_when_submitted_again(
+    tmp_path: Path, django_queue: Queue, redis_client: redis.Redis, prefix: str
+) -> None:
+    data = tmp_path / "in.parquet"
+    flights(20).to_parquet(data)
+    spec = make_spec(job_id="again1", input=str(data), format="parquet",
+                     output=str(tmp_path / "o"), sql="SELECT * FROM chunk")
+    assert _quiet_submit(spec) == "again1\n"
+    for rid in ("again1", "again1.combine"):
+        django_queue.cancel(rid)
+    for k in keys_under(redis_client, prefix):  # what their retention's expiry does
+        if ":req:again1" in k and redis_client.pttl(k) > 0:
+            redis_client.delete(k)
+    assert jobs.status(django_queue, "again1").request is None
+    assert redis_client.exists(jobs.record_key(django_queue, "again1"))
+    assert _quiet_submit(spec) == "again1\n"  # a new run, said as such
+    st = jobs.status(django_queue, "again1")
+    assert st.state == "running" and st.request is not None and st.request.total == 1

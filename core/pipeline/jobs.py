@@ -94,13 +94,17 @@ def submit(q: Queue, spec: JobSpec, options: QueueOptions | None = None, *,
     `datajob submit` does): the split then does not analyse it again."""
     o = options or QueueOptions()
     check_id_free(q, spec.job_id)
+    key = record_key(q, spec.job_id)
+    if introspect.request(q, spec.job_id) is None and q.redis.exists(key):
+        # The job's requests expired (a day) before its record (a week): submitted again,
+        # it runs again, as a new job, not as "nothing changed".
+        q.redis.delete(key)
     opts: dict[str, Any] = {"priority": o.priority, "tenant": o.tenant,
                             "max_attempts": o.max_attempts}
     # Open and empty, the chunk request is not eligible; the follow-up is held behind it; only
     # then is the split task added, so nothing runs before both exist. The options are
     # checked by the first call, before anything is written.
     q.open(handler=HANDLER, request_id=spec.job_id, concurrency=o.concurrency, **opts)
-    key = record_key(q, spec.job_id)
     created = bool(q.redis.hsetnx(key, "spec", spec.to_json()))
     if created:
         q.redis.hset(key, mapping={"queue": q.name, "created_ms": int(time.time() * 1000)})
