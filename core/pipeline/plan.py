@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 BATCH_ROWS = 65_536  # rows per batch read and written when a slice is staged
 STAGE_OPTIONS: dict[str, Any] = {
-    # Staged chunks live for one task on local disk: writing fast beats writing small.
+    # A staged slice lives for one task: writing it fast beats writing it small.
     "compression": "none",
     # Spark reads microsecond timestamps; pyarrow would keep a nanosecond input as nanoseconds.
     "coerce_timestamps": "us",
