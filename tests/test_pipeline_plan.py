@@ -288,3 +288,25 @@ def test_sql_spark_refuses_fails_the_split_once_unless_analysed_at_submit(
         assert failure.startswith("the split failed after 1 attempt(s)"), failure
         assert "--sql names `no_such_column`, which the data does not have" in failure
         assert st.chunks is None
+
+
+@pytest.mark.slow
+def test_a_csv_input_is_staged_with_only_the_columns_its_sql_reads(
+    dq: Queue, spark_session: Any, tmp_path: Path
+) -> None:
+    data = tmp_path / "flights.csv"
+    flights(300).rename(columns={"distance": "dist.km"}).to_csv(data, index=False)
+    spec = spec_for(tmp_path, data, format="csv", chunks=2,
+                    sql="SELECT carrier, `dist.km` FROM chunk WHERE month > 6")
+    jobs.submit(dq, spec, jobs.QueueOptions(max_attempts=1))
+    import core.pipeline.tasks  # noqa: F401  (registers the datajob handler)
+
+    Worker([dq], WorkerConfig(burst=True, heartbeat="thread", max_tasks=1, prefetch=1,
+                              idle_wait=0.1, grace=5)).run()  # the split alone
+    staged = pq.read_schema(next(spec.chunk_dir(0).glob("*.parquet")))
+    assert staged.names == ["carrier", "month", "dist.km"]  # not id, dep_delay
+    run_worker(dq)
+    st = jobs.status(dq, spec.job_id)
+    assert st.state == "done", st.failures
+    assert st.manifest is not None and st.manifest["split"] == "spark"
+    assert st.manifest["rows_in"] == 300

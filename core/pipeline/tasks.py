@@ -210,16 +210,23 @@ def reading_input(spec: JobSpec, payload: dict[str, Any]) -> Iterator[None]:
 
 def split_with_spark(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext,
                      added: int) -> None:
-    """Read the input once (persisted), number its rows in input order, write N contiguous
-    ranges as staged Parquet chunks and add each chunk's task to the request as soon as it is
-    written: for inputs that plan.py does not cut (CSV, JSON lines, remote, partitioned)."""
+    """Read the input once (persisted; only the columns the job's SQL reads, as Spark's plan
+    says), number its rows in input order, write N contiguous ranges as staged Parquet chunks
+    and add each chunk's task to the request as soon as it is written: for inputs that
+    plan.py does not cut (CSV, JSON lines, remote, partitioned)."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     started = time.monotonic()
     q, key = ctx.queue, jobs.record_key(ctx.queue, spec.job_id)
     with sparking(spec, payload, ctx) as session:
-        df = io.read_input(session, spec).withColumn(
+        data = io.read_input(session, spec)
+        if spec.sql is not None:  # a Python transform may look at any column: all of them
+            needed = spark.scan_columns(_transform(session, spec, data), spec.input)
+            if needed is not None:
+                keep = [c for c in data.columns if c in needed] or data.columns[:1]
+                data = data.select(*(F.col("`" + c.replace("`", "``") + "`") for c in keep))
+        df = data.withColumn(
             "__qa_id", F.monotonically_increasing_id()).persist(StorageLevel.MEMORY_AND_DISK)
         try:
             by_partition = df.groupBy(F.shiftright("__qa_id", ID_BITS).alias("p")).count()
