@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from core.models import AuditEntry
 from core.pipeline import jobs, transforms
 from core.pipeline.spec import make_spec
 from core.queue import Queue, introspect
+from core.queue.errors import UnknownHandlerWarning
 from tests.action_fixtures import admin, operator, viewer  # noqa: F401  (fixtures)
 from tests.console_fixtures import HOSTILE, console  # noqa: F401  (fixtures)
 from tests.mirror_support import mirror
@@ -35,7 +37,8 @@ def complete_job(q: Queue, tmp_path: Path, job_id: str = "dj1") -> Any:
     spec = make_spec(job_id=job_id, input=str(data), format="parquet",
                      output=str(tmp_path / "out"), sql=f"SELECT carrier, n FROM chunk -- {HOSTILE}",
                      chunks=2)
-    with pytest.warns(Warning):  # no worker announced the datajob handler
+    with warnings.catch_warnings():  # no worker announced the datajob handler (said once)
+        warnings.simplefilter("ignore", UnknownHandlerWarning)
         jobs.submit(q, spec)
     key = jobs.record_key(q, job_id)
     report = {"chunk": 0, "rows_in": 1, "rows_out": 1, "seconds": 0.5, "attempt": 1,
@@ -326,7 +329,7 @@ def test_a_failed_chunk_shows_failed_with_its_reason_and_a_link_to_its_dead_lett
     with pytest.warns(Warning):  # no worker announced the datajob handler
         jobs.submit(console, spec, jobs.QueueOptions(max_attempts=1))
     # As a worker would run it: the split adds three chunks; chunks 0 and 2 are done, chunk 1
-    # (still running: pending) then fails on its only attempt: a dead letter.
+    # (still running) then fails on its only attempt: a dead letter.
     [split] = console.dequeue("w-one", count=1)
     console.add("dj1", [jobs.payload("chunk", spec, chunk=k) for k in range(3)])
     console.seal("dj1")
@@ -339,7 +342,7 @@ def test_a_failed_chunk_shows_failed_with_its_reason_and_a_link_to_its_dead_lett
         console.redis.hset(jobs.record_key(console, "dj1"), f"chunk:{k}", json.dumps(report))
         console.ack(leases[k])
     html = viewer.get("/jobs/default/dj1/").content.decode()
-    assert '<tr data-chunk="1"><td class="n">1</td><td class="chunk-state">pending</td>' in html
+    assert '<tr data-chunk="1"><td class="n">1</td><td class="chunk-state">running</td>' in html
     why = "ValueError: bad row 500: fix the data and requeue " + "x" * 300
     console.fail(leases[1], f"DataJobError: chunk 1 of job dj1: {why}")
     assert jobs.status(console, "dj1").state == "failed"
@@ -401,3 +404,141 @@ def test_the_queues_strip_follows_the_poll_so_a_done_job_shows_no_stale_leased_t
     assert body.lstrip().startswith('<section id="live"') and 'id="job-state">done<' in body
     assert 'id="strip" hx-swap-oob="true"' in body
     assert strip_of(body) == "queue default: 0 waiting 0 leased 0 delayed 0 dead 0 live workers"
+
+
+def test_a_refused_form_shows_the_job_list_its_paging_and_live_toggle_as_the_list_does(
+    console: Queue, operator: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from core.views import datajobs as view
+
+    monkeypatch.setattr(view, "PAGE", 1)  # two jobs: a second page
+    for job_id in ("dj1", "dj2"):
+        (tmp_path / job_id).mkdir()
+        complete_job(console, tmp_path / job_id, job_id)
+    listed = operator.get("/jobs/").content.decode()
+    for change in ({"input": ""}, {"chunks": "abc"}):
+        r = operator.post("/jobs/submit/?queue=default", filled(tmp_path, **change))
+        html = r.content.decode()
+        assert r.status_code == 400 and "Not submitted" in html
+        assert "No data job in this queue yet." not in html
+        assert 'data-job="dj2"' in html and 'data-job="dj1"' not in html  # newest first
+        assert "data-live-toggle" in html
+        # Its poll and its next page are the list's, not the form's address (405 on GET).
+        poll = re.search(r'<section id="live" hx-get="([^"]+)"', html)
+        assert poll is not None and poll.group(1).replace("&amp;", "&") == "/jobs/?queue=default"
+        nxt = re.search(r'<a href="([^"]+)"[^>]*>Next page', html)
+        assert nxt is not None and nxt.group(1).startswith("/jobs/?queue=default&amp;after=")
+        assert 'data-job="dj1"' in operator.get(nxt.group(1).replace("&amp;", "&")).content.decode()
+        # The same table as GET /jobs/ shows.
+        table = re.compile(r'<table class="grid" id="datajobs">.*?</table>', re.S)
+        assert table.search(html).group(0) == table.search(listed).group(0)  # type: ignore[union-attr]
+
+
+def split_failed_job(q: Queue, tmp_path: Path) -> None:
+    data = sample_input(tmp_path)
+    spec = make_spec(job_id="dj1", input=str(data), format="parquet",
+                     output=str(tmp_path / "out"), sql="SELECT nope FROM chunk")
+    with pytest.warns(Warning):  # no worker announced the datajob handler
+        jobs.submit(q, spec, jobs.QueueOptions(max_attempts=1))
+    [split] = q.dequeue("w-one", count=1)
+    q.fail(split, "DataJobError: the split of job dj1: AnalysisException: column nope "
+                  "cannot be resolved " + "y" * 300)
+    mirror(q)
+
+
+def test_a_job_whose_split_failed_says_why_with_a_link_to_its_dead_letter(
+    console: Queue, viewer: Client, tmp_path: Path
+) -> None:
+    split_failed_job(console, tmp_path)
+    assert jobs.status(console, "dj1").state == "failed"
+    html = viewer.get("/jobs/default/dj1/").content.decode()
+    table = html.split('id="chunks"', 1)[1].split("</table>", 1)[0]
+    assert "Not split yet." not in table
+    assert "The split failed: AnalysisException: column nope cannot be resolved yyy" in table
+    assert "…" in table and "y" * 200 not in table  # shortened
+    [letter] = introspect.request_dead_letters(console, "dj1")
+    link = re.search(r'href="([^"]+)"[^>]*>The split failed', table)
+    assert link is not None and link.group(1).endswith(f"#dead-{letter.id}")
+    group = viewer.get(link.group(1).replace("&amp;", "&").split("#")[0])
+    assert group.status_code == 200 and f'id="dead-{letter.id}"' in group.content.decode()
+    # The list says the split failed, not that it is still splitting.
+    row = re.search(r'<tr data-job="dj1".*?</tr>', viewer.get("/jobs/").content.decode(), re.S)
+    assert row is not None and "splitting" not in row.group(0)
+    assert "split failed" in row.group(0)
+
+
+def test_a_job_cancelled_before_its_split_says_so(
+    console: Queue, viewer: Client, tmp_path: Path
+) -> None:
+    spec = make_spec(job_id="dj1", input=str(sample_input(tmp_path)), format="parquet",
+                     output=str(tmp_path / "out"), sql="SELECT * FROM chunk")
+    with pytest.warns(Warning):  # no worker announced the datajob handler
+        jobs.submit(console, spec)
+    console.cancel("dj1")
+    mirror(console)
+    html = viewer.get("/jobs/default/dj1/").content.decode()
+    table = html.split('id="chunks"', 1)[1].split("</table>", 1)[0]
+    assert "Cancelled before it was split." in table and "Not split yet." not in table
+    row = re.search(r'<tr data-job="dj1".*?</tr>', viewer.get("/jobs/").content.decode(), re.S)
+    assert row is not None and "splitting" not in row.group(0) and "—" in row.group(0)
+
+
+def test_numbers_are_right_aligned_under_right_aligned_headers_with_even_decimals(
+    console: Queue, viewer: Client, tmp_path: Path
+) -> None:
+    complete_job(console, tmp_path)
+    key = jobs.record_key(console, "dj1")
+    report = {"chunk": 1, "rows_in": 1234567, "rows_out": 1, "seconds": 0.553, "attempt": 1,
+              "worker": "w-one"}
+    console.redis.hset(key, mapping={"chunk:0": json.dumps({**report, "chunk": 0,
+                                                             "seconds": 0.34}),
+                                     "chunk:1": json.dumps(report)})
+    html = viewer.get("/jobs/default/dj1/").content.decode()
+    rows = dict(re.findall(r'<tr data-chunk="(\d)"[^>]*>(.*?)</tr>', html, re.S))
+    assert '<td class="n">0.34</td>' in rows["0"] and '<td class="n">0.55</td>' in rows["1"]
+    assert '<td class="n">1,234,567</td>' in rows["1"]
+    # The numeric headers are right-aligned as their values are: the stylesheet's rule for
+    # th.n outranks the grid's left-aligned headers.
+    head = html.split('id="chunks"', 1)[1].split("</thead>", 1)[0]
+    for name in ("Rows in", "Rows out", "Seconds", "Attempt"):
+        assert f'<th class="n">{name}</th>' in head
+    css = (Path(__file__).parents[1] / "static/core/console.css").read_text()
+    assert re.search(r"table\.grid th\.n\s*\{[^}]*text-align:\s*right", css)
+    # The output's preview: ints with separators and floats as they are, right-aligned,
+    # under right-aligned headers; text stays left.
+    out = Path(tmp_path / "out")
+    pd.DataFrame({"carrier": ["AA", "UA"], "n": [1234567, 2], "share": [0.5, 0.125]}
+                 ).to_parquet(out / "part-00000.parquet", index=False)
+    html = viewer.get("/jobs/default/dj1/").content.decode()
+    preview = html.split('id="preview"', 1)[1].split("</table>", 1)[0]
+    assert '<th>carrier</th><th class="n">n</th><th class="n">share</th>' in preview
+    assert '<tr><td>AA</td><td class="n">1,234,567</td><td class="n">0.5</td></tr>' in preview
+    assert '<td class="n">0.125</td>' in preview
+
+
+def test_a_running_chunk_shows_running_and_a_line_counts_done_running_waiting(
+    console: Queue, viewer: Client, tmp_path: Path
+) -> None:
+    data = sample_input(tmp_path)
+    spec = make_spec(job_id="dj1", input=str(data), format="parquet",
+                     output=str(tmp_path / "out"), sql="SELECT * FROM chunk", chunks=4)
+    with pytest.warns(Warning):  # no worker announced the datajob handler
+        jobs.submit(console, spec)
+    [split] = console.dequeue("w-one", count=1)
+    console.add("dj1", [jobs.payload("chunk", spec, chunk=k) for k in range(4)])
+    console.seal("dj1")
+    console.ack(split)
+    console.redis.hset(jobs.record_key(console, "dj1"), "chunks", 4)
+    leases = console.dequeue("w-one", count=2)
+    assert sorted(lease.payload["chunk"] for lease in leases) == [0, 1]
+    done = {"chunk": 0, "rows_in": 1, "rows_out": 1, "seconds": 0.5, "attempt": 1,
+            "worker": "w-one"}
+    console.redis.hset(jobs.record_key(console, "dj1"), "chunk:0", json.dumps(done))
+    console.ack(leases[0] if leases[0].payload["chunk"] == 0 else leases[1])
+    mirror(console)
+    html = viewer.get("/jobs/default/dj1/").content.decode()
+    states = dict(re.findall(r'<tr data-chunk="(\d)".*?class="chunk-state">([^<]*)<', html,
+                             re.S))
+    assert states == {"0": "done", "1": "running", "2": "pending", "3": "pending"}
+    assert '<p class="chunk-progress" id="chunk-progress">1 of 4 done, 1 running, 2 waiting</p>' \
+        in html

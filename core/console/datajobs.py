@@ -4,26 +4,31 @@ pipeline's own record), and the first rows of a complete output read with pyarro
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 from core.mirror.fingerprint import fingerprint
 from core.pipeline import jobs
 from core.pipeline.spec import SUCCESS, JobSpec
-from core.queue import Queue
+from core.queue import Queue, introspect
 from core.queue.models import DeadLetter
 
 PREVIEW_ROWS = 20
 
 
 REASON_CHARS = 160  # of a failed chunk's error, on the page (the dead letter has it all)
+# Pending entries read per view of a job to tell its running chunks: the page polls, so the
+# cost is bounded; leased tasks past these show in the summary line's count only.
+RUNNING_SCAN = 100
 
 
 @dataclass(frozen=True)
 class Chunk:
     index: int
-    state: str  # done, failed (its task is a dead letter), or pending (not reported yet)
+    state: str  # done, failed (its task is a dead letter), running (leased), or pending
     rows_in: int | None = None
     rows_out: int | None = None
     seconds: float | None = None
@@ -35,15 +40,39 @@ class Chunk:
 
 
 @dataclass(frozen=True)
+class Unsplit:
+    """Why a finished job has no chunks: its split failed (with why), or it was cancelled."""
+
+    text: str
+    letter: str = ""  # the split's dead letter, if it has one
+    fingerprint: str = ""
+
+
+@dataclass(frozen=True)
+class Cell:
+    text: str
+    numeric: bool = False  # right-aligned
+
+
+@dataclass(frozen=True)
 class Preview:
     columns: list[str]
-    rows: list[list[str]]
+    rows: list[list[Cell]]
     error: str = ""
 
+    @property
+    def headers(self) -> list[tuple[str, bool]]:
+        """Each column's name, and whether it is numeric (every value shown is a number):
+        a numeric column's header is right-aligned over its values."""
+        return [(c, any(len(r) > i and r[i].text for r in self.rows)
+                 and all(r[i].numeric for r in self.rows if len(r) > i and r[i].text))
+                for i, c in enumerate(self.columns)]
 
-def chunks_of(st: jobs.JobStatus) -> list[Chunk]:
+
+def chunks_of(st: jobs.JobStatus, running: frozenset[int] = frozenset()) -> list[Chunk]:
     """One row per chunk once the split has counted them: reported chunks with their
-    figures, chunks whose task is a dead letter as failed (with why), the rest pending."""
+    figures, chunks whose task is a dead letter as failed (with why), those in `running`
+    as running, the rest pending."""
     n = st.chunks if st.chunks is not None else len(st.reports)
     dead = _dead_chunks(st.letters)
     out = []
@@ -54,34 +83,108 @@ def chunks_of(st: jobs.JobStatus) -> list[Chunk]:
             out.append(Chunk(k, "done", r.rows_in, r.rows_out, r.seconds, r.attempt, r.worker))
         elif letter is not None:
             out.append(Chunk(k, "failed", attempt=letter.attempts, worker=letter.worker,
-                             reason=reason(letter.error, st.job_id, k), letter=letter.id,
+                             reason=reason(letter.error, f"chunk {k} of job {st.job_id}"),
+                             letter=letter.id,
                              fingerprint=fingerprint(letter.handler, letter.error).fingerprint))
+        elif k in running:
+            out.append(Chunk(k, "running"))
         else:
             out.append(Chunk(k, "pending"))
     return out
+
+
+def running_chunks(q: Queue, st: jobs.JobStatus) -> frozenset[int]:
+    """The chunks whose tasks are leased to a worker now: the first RUNNING_SCAN entries of
+    the request's pending list (leased and parked tasks only; unread ones are not in it) and
+    one pipelined read of the leased tasks' payloads. Nothing read unless some are leased."""
+    if st.finished or st.request is None or st.request.leased == 0:
+        return frozenset()
+    leased = [e.task_id for e in introspect.pending(q, st.job_id, count=RUNNING_SCAN)
+              if not e.consumer.startswith("~")]
+    if not leased:
+        return frozenset()
+    r: Any = q.redis
+    pipe = r.pipeline(transaction=False)
+    for tid in leased:
+        pipe.xrange(q.keys.tasks(st.job_id), tid, tid)
+    out = set()
+    for rows in pipe.execute():
+        for _, fields in rows:
+            k = _chunk_of(fields.get("p", ""))
+            if k is not None:
+                out.add(k)
+    return frozenset(out)
+
+
+def progress(st: jobs.JobStatus, chunks: list[Chunk]) -> str:
+    """One line over the chunks table: "12 of 20 done, 2 running, 6 waiting" (and failed),
+    running from the request's leased count, which holds however many chunks are leased."""
+    if not chunks:
+        return ""
+    done = sum(1 for c in chunks if c.state == "done")
+    failed = sum(1 for c in chunks if c.state == "failed")
+    left = len(chunks) - done - failed
+    running = sum(1 for c in chunks if c.state == "running")
+    if st.request is not None and not st.finished:
+        running = max(running, min(st.request.leased, left))
+    parts = [f"{done:,} of {len(chunks):,} done"]
+    if failed:
+        parts.append(f"{failed:,} failed")
+    if not st.finished:
+        parts += [f"{running:,} running", f"{left - running:,} waiting"]
+    return ", ".join(parts)
+
+
+def unsplit(st: jobs.JobStatus) -> Unsplit | None:
+    """What the chunks table says of a failed or cancelled job whose split recorded no
+    chunk count (None for any other job: "Not split yet")."""
+    if st.chunks is not None or st.reports or st.state not in ("failed", "cancelled"):
+        return None
+    if st.state == "cancelled":
+        return Unsplit("Cancelled before it was split.")
+    for d in reversed(st.letters):
+        if _op_of(d.payload) == "split":
+            why = reason(d.error, f"the split of job {st.job_id}")
+            return Unsplit(f"The split failed: {why}", d.id,
+                           fingerprint(d.handler, d.error).fingerprint)
+    first = st.failures[0] if st.failures else "no dead letter says why"
+    return Unsplit(f"The job failed before its split counted the chunks: {first}")
+
+
+def _op_of(payload: str) -> str | None:
+    try:
+        p = json.loads(payload)
+    except ValueError:
+        return None
+    return str(p.get("op")) if isinstance(p, dict) else None
+
+
+def _chunk_of(payload: str) -> int | None:
+    try:
+        p = json.loads(payload)
+    except ValueError:
+        return None
+    if isinstance(p, dict) and p.get("op") == "chunk" and isinstance(p.get("chunk"), int):
+        return int(p["chunk"])
+    return None
 
 
 def _dead_chunks(letters: list[DeadLetter]) -> dict[int, DeadLetter]:
     """Chunk number -> its task's dead letter (the latest, if several)."""
     out: dict[int, DeadLetter] = {}
     for d in letters:
-        try:
-            p = json.loads(d.payload)
-        except ValueError:
-            continue
-        if isinstance(p, dict) and p.get("op") == "chunk" and isinstance(p.get("chunk"), int):
-            k = p["chunk"]
-            if k not in out or d.id > out[k].id:  # stream ids of one length: later is bigger
-                out[k] = d
+        k = _chunk_of(d.payload)
+        if k is not None and (k not in out or d.id > out[k].id):  # later ids are bigger
+            out[k] = d
     return out
 
 
-def reason(error: str, job_id: str, k: int) -> str:
+def reason(error: str, where: str) -> str:
     """A dead letter's error without what the page says already (the exception the pipeline
-    wraps it in, which chunk of which job), cut to REASON_CHARS."""
+    wraps it in, `where`: "chunk 3 of job J"), cut to REASON_CHARS."""
     text = " ".join(error.split())
     text = text.removeprefix("DataJobError: ").removeprefix("JvmDied: ")
-    text = text.removeprefix(f"chunk {k} of job {job_id}: ")
+    text = text.removeprefix(f"{where}: ")
     return text if len(text) <= REASON_CHARS else text[: REASON_CHARS - 1].rstrip() + "…"
 
 
@@ -104,12 +207,12 @@ def _preview_parquet(out: Path, rows: int) -> Preview:
     if not files:
         files = sorted(p for p in out.iterdir() if p.name.startswith("part-"))
     columns: list[str] = []
-    got: list[list[str]] = []
+    got: list[list[Cell]] = []
     for f in files:
         pf = pq.ParquetFile(f)
         columns = columns or list(pf.schema_arrow.names)
         for batch in pf.iter_batches(batch_size=rows):
-            got += [[_text(v) for v in row.values()] for row in batch.to_pylist()]
+            got += [[_cell(v) for v in row.values()] for row in batch.to_pylist()]
             break
         if len(got) >= rows:
             break
@@ -125,12 +228,33 @@ def _preview_csv(out: Path, rows: int) -> Preview:
     with open(files[0], newline="") as fh:
         reader = csv.reader(fh)
         columns = next(reader, [])
-        got = [row for _, row in zip(range(rows), reader, strict=False)]
+        got = [[_csv_cell(v) for v in row] for _, row in zip(range(rows), reader, strict=False)]
     return Preview(columns, got)
 
 
-def _text(v: Any) -> str:
-    return "" if v is None else str(v)
+def _cell(v: Any) -> Cell:
+    """Ints with thousands separators, floats as they are; both right-aligned."""
+    if isinstance(v, bool) or v is None:
+        return Cell("" if v is None else str(v))
+    if isinstance(v, int):
+        return Cell(f"{v:,}", numeric=True)
+    if isinstance(v, (float, Decimal)):
+        return Cell(str(v), numeric=True)
+    return Cell(str(v))
+
+
+def _csv_cell(v: str) -> Cell:
+    """A CSV field as its number if it reads as one (not a code such as "007": that stays
+    text), else as written."""
+    if _INT.fullmatch(v):
+        return _cell(int(v))
+    if _FLOAT.fullmatch(v):
+        return Cell(v, numeric=True)
+    return Cell(v)
+
+
+_INT = re.compile(r"-?(0|[1-9][0-9]*)")
+_FLOAT = re.compile(r"-?(0|[1-9][0-9]*)\.[0-9]+([eE][-+]?[0-9]+)?")
 
 
 def manifest_text(st: jobs.JobStatus) -> str:

@@ -26,6 +26,7 @@ from core.ops.audit import as_actor
 from core.pipeline import jobs, submission, transforms
 from core.pipeline.jobs import QueueOptions
 from core.pipeline.spec import FORMATS, OUTPUT_FORMATS, JobSpec, SpecError
+from core.queue import Queue
 from core.queue.errors import InvalidInput, UnknownHandlerWarning
 from core.queue.keys import validate_id
 
@@ -50,6 +51,14 @@ FIELDS = tuple(f for f in dict.fromkeys(OPTION_FIELDS.values()))
 @console_page
 def job_list(request: HttpRequest) -> HttpResponse:
     queue = queue_from(request)
+    context, live = _listing(request, queue)
+    context |= {"form": _blank_form(), "can_submit": request.user.has_perm(SUBMIT_PERMISSION)}
+    return page(request, "core/datajobs.html", queue, context, nav="datajobs", live=live)
+
+
+def _listing(request: HttpRequest, queue: Queue) -> tuple[dict[str, Any], bool]:
+    """The page of jobs the request asks for, and whether it is live (the first page polls):
+    the list's context, shared by the list and by a refused submit, which shows it too."""
     qs = Request.objects.filter(queue=queue.name, handler=jobs.HANDLER).exclude(
         request_id__endswith=".combine")
     after = db_cursor(request)
@@ -59,10 +68,7 @@ def job_list(request: HttpRequest) -> HttpResponse:
         st = datajobs.status(queue, r.request_id)
         done = sum(1 for c in datajobs.chunks_of(st) if c.state == "done")
         rows.append({"request": r, "status": st, "done_chunks": done})
-    context = {"jobs": rows, "paged": paged, "form": _blank_form(),
-               "can_submit": request.user.has_perm(SUBMIT_PERMISSION)}
-    return page(request, "core/datajobs.html", queue, context, nav="datajobs",
-                live=after is None)
+    return {"jobs": rows, "paged": paged}, after is None
 
 
 @console_page
@@ -75,8 +81,10 @@ def job_detail(request: HttpRequest, queue_name: str, job_id: str) -> HttpRespon
     st = datajobs.status(queue, job_id)
     if st.spec is None:
         raise Http404(f"No data job {job_id!r} in queue {queue.name!r} (or its record expired).")
+    chunks = datajobs.chunks_of(st, datajobs.running_chunks(queue, st))
     context = {
-        "job": st, "chunks": datajobs.chunks_of(st), "manifest": datajobs.manifest_text(st),
+        "job": st, "chunks": chunks, "progress": datajobs.progress(st, chunks),
+        "unsplit": datajobs.unsplit(st), "manifest": datajobs.manifest_text(st),
         "preview": datajobs.preview(st.spec),
     }
     return page(request, "core/datajob.html", queue, context, nav="datajobs",
@@ -100,12 +108,16 @@ def job_submit(request: HttpRequest) -> HttpResponse:
             # JobIdTaken (a SpecError), with nothing written, if the id is another request's.
             created = jobs.submit(queue, spec, options)
     except SpecError as exc:
-        context: dict[str, Any] = {
-            "jobs": [], "paged": None, "form": _blank_form() | form, "error": str(exc),
+        # The list above the form as GET /jobs/ shows it; its poll and pager go to the list's
+        # address, not this one (a GET of /jobs/submit/ is a 405).
+        context, live = _listing(request, queue)
+        context |= {
+            "form": _blank_form() | form, "error": str(exc),
             "error_field": _field_of(str(exc)), "can_submit": True,
+            "list_url": reverse("core:datajobs"),
         }
         return page(request, "core/datajobs.html", queue, context, nav="datajobs",
-                    status=400, live=False)
+                    status=400, live=live)
     audit.record(actor, AUDIT_ACTION, queue.name,
                  target=f"data job {spec.job_id}: {spec.input} -> {spec.output}", count=1,
                  acted=int(created), skipped=int(not created))
