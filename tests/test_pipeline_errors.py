@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.pipeline.errors import explain, jvm_died, short
+from core.pipeline.errors import explain, is_permanent, jvm_died, short
 from core.pipeline.spec import JobSpec
 from core.pipeline.tasks import chunk_count
 
@@ -65,3 +65,17 @@ def test_chunk_count_from_chunks_or_rows_per_chunk() -> None:
     assert chunk_count(base, 0) == 1
     assert chunk_count(JobSpec(**{**base.to_dict(), "chunks": 7}), 10) == 7
     assert chunk_count(JobSpec(**{**base.to_dict(), "rows_per_chunk": 300}), 1000) == 4
+
+
+@pytest.mark.parametrize(("exc", "permanent"), [
+    (named("ParseException", "[PARSE_SYNTAX_ERROR] Syntax error at or near 'SELEC'."), True),
+    (named("AnalysisException", "[UNRESOLVED_COLUMN.WITH_SUGGESTION] ... `dep_dely` ..."),
+     True),
+    (named("AnalysisException", "[PATH_NOT_FOUND] Path does not exist: file:/d/x."), False),
+    (named("SparkException", "[FAILED_READ_FILE.PARQUET_COLUMN_DATA_TYPE_MISMATCH] ..."), True),
+    (named("Py4JJavaError", "java.lang.OutOfMemoryError: Java heap space"), False),
+    (named("Py4JNetworkError", "Answer from Java side is empty"), False),
+    (ValueError("bad row 500"), False),
+])
+def test_only_what_a_retry_cannot_fix_is_permanent(exc: Exception, permanent: bool) -> None:
+    assert is_permanent(exc) is permanent

@@ -277,10 +277,12 @@ def test_sql_spark_refuses_fails_the_split_once_unless_analysed_at_submit(
 ) -> None:
     data = lay_out(tmp_path, flights(600), "many groups")
     spec = spec_for(tmp_path, data, sql="SELECT no_such_column FROM chunk", chunks=3)
-    jobs.submit(dq, spec, jobs.QueueOptions(max_attempts=1), analysed=analysed)
+    jobs.submit(dq, spec, jobs.QueueOptions(max_attempts=3), analysed=analysed)
     run_worker(dq)
     st = jobs.status(dq, spec.job_id)
     assert st.state == "failed"
+    # No retry can fix a statement: dead at the first attempt, whatever attempts are left.
+    assert all(" after 1 attempt(s) " in f for f in st.failures), st.failures
     if analysed:  # what `datajob submit` refuses never gets here; the chunks then fail
         assert len(st.failures) == 3 and all(f.startswith("chunk ") for f in st.failures)
     else:  # the console's form: the split analyses it and fails alone, with the reason

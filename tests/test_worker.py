@@ -20,7 +20,7 @@ import redis
 
 from core.queue import Queue, introspect
 from core.redis_server import start_redis
-from core.worker import Cancelled, Registry, TaskContext, Worker, WorkerConfig
+from core.worker import Cancelled, Permanent, Registry, TaskContext, Worker, WorkerConfig
 from core.worker.heartbeat import Heartbeat
 from core.worker.held import Held
 from core.worker.outage import Outage
@@ -176,6 +176,34 @@ def test_a_failing_handler_is_retried_with_backoff_then_dead_lettered_with_its_t
     assert dead.attempts == 3
     assert "in explode" in dead.traceback and "raise ValueError" in dead.traceback
     assert w.worker.failed == 3
+
+
+def test_a_permanent_failure_is_dead_lettered_at_once_with_attempts_left(
+    live_queue: Queue, start: Any
+) -> None:
+    class BadInput(ValueError):
+        permanent = True  # as core.worker.Permanent: a retry cannot fix it
+
+    calls: list[int] = []
+
+    def refuse(payload: Any, ctx: TaskContext) -> None:
+        calls.append(ctx.attempt)
+        if payload == "typed":
+            raise Permanent("this input can never be processed")
+        raise BadInput("no such column")
+
+    registry = Registry()
+    registry.register("refuse", refuse)
+    live_queue.submit(["typed", "attr"], request_id="r", handler="refuse", max_attempts=5,
+                      backoff_ms=100)
+    w = start(live_queue, registry, name="w", burst=True)
+    assert w.join(10)
+    assert calls == [1, 1]
+    assert live_queue.wait("r", timeout=0) == "failed"
+    errors = sorted(d.error for d in introspect.dead_letters(live_queue))
+    assert errors == ["BadInput: no such column",
+                      "Permanent: this input can never be processed"]
+    assert all(d.attempts == 1 for d in introspect.dead_letters(live_queue))
 
 
 def test_max_tasks_stops_the_worker_after_that_many(live_queue: Queue, start: Any) -> None:

@@ -21,7 +21,7 @@ from core.worker.context import Cancelled, TaskContext
 from core.worker.registry import handler
 
 from . import io, jobs, plan, spark, transforms
-from .errors import DataJobError, JvmDied, explain, jvm_died
+from .errors import DataJobError, JvmDied, explain, is_permanent, jvm_died
 from .spec import MANIFEST, SUCCESS, JobSpec
 
 if TYPE_CHECKING:
@@ -75,7 +75,7 @@ def sparking(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext) -> Iterat
             log.error("spark JVM died in %s: stopping this worker for a restart", where)
             os.kill(os.getpid(), signal.SIGTERM)
             raise JvmDied(explain(exc, where=where)) from exc
-        raise DataJobError(explain(exc, where=where)) from exc
+        raise DataJobError(explain(exc, where=where), permanent=is_permanent(exc)) from exc
 
 
 def _transform(session: SparkSession, spec: JobSpec, df: DataFrame) -> DataFrame:
@@ -196,8 +196,8 @@ def reading_input(spec: JobSpec, payload: dict[str, Any]) -> Iterator[None]:
     where = _where(spec, payload)
     try:
         yield
-    except plan.InputError as exc:
-        raise DataJobError(f"{where}: {exc}") from exc
+    except plan.InputError as exc:  # files of different schemas: no retry changes them
+        raise DataJobError(f"{where}: {exc}", permanent=True) from exc
     except FileNotFoundError as exc:
         raise DataJobError(f"{where}: a file is missing (moved or deleted since the job was "
                            f"submitted?): {exc}") from exc

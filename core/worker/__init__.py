@@ -3,11 +3,11 @@
 Django-free like the engine; `manage.py runworker` only parses options and calls run_worker().
 """
 
-from .context import Cancelled, TaskContext
+from .context import Cancelled, Permanent, TaskContext
 from .registry import Registry, default_registry, handler
 from .runtime import Worker, WorkerConfig
 
 __all__ = [
-    "Cancelled", "Registry", "TaskContext", "Worker", "WorkerConfig", "default_registry",
-    "handler",
+    "Cancelled", "Permanent", "Registry", "TaskContext", "Worker", "WorkerConfig",
+    "default_registry", "handler",
 ]

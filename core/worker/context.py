@@ -20,6 +20,14 @@ class LeaseGone(Exception):
     The worker neither acks nor fails it."""
 
 
+class Permanent(Exception):
+    """Raised by a handler for a failure that running the task again cannot fix (bad input,
+    a statement that does not parse): the task goes to the dead letters at once, whatever
+    attempts it has left. Any exception whose `permanent` attribute is true counts alike."""
+
+    permanent = True
+
+
 class TimeLimitExceeded(Exception):
     """Raised by TaskContext.check() once the task has run past its hard time limit. The task
     has already been failed (retried or dead-lettered) by the heartbeat."""

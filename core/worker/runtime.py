@@ -427,7 +427,9 @@ class Worker:
             else:
                 self._fail(q, ctx, f"TimeLimitExceeded: {exc} ({limit:g}s)", "", retry=True)
         except Exception as exc:
-            self._fail(q, ctx, f"{type(exc).__name__}: {exc}", traceback.format_exc(), retry=True)
+            # A failure the handler marks permanent (core.worker.Permanent) is not retried.
+            self._fail(q, ctx, f"{type(exc).__name__}: {exc}", traceback.format_exc(),
+                       retry=not getattr(exc, "permanent", False))
         else:
             ctx.finished = True
             acks.add(q.name, lease.lease)
