@@ -396,3 +396,17 @@ def test_a_job_whose_requests_expired_runs_again_when_submitted_again(
     assert _quiet_submit(spec) == "again1\n"  # a new run, said as such
     st = jobs.status(django_queue, "again1")
     assert st.state == "running" and st.request is not None and st.request.total == 1
+
+
+def test_ctrl_c_while_following_says_the_job_goes_on_and_how_to_stop_it(
+    django_queue: Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt  # what Ctrl-C raises in the waiting loop
+
+    monkeypatch.setattr(jobs, "wait", interrupted)
+    with pytest.raises(CommandError) as refused:
+        follow(django_queue, "j9", stdout=io.StringIO())
+    assert str(refused.value) == (
+        "stopped following data job j9; the job goes on running: `manage.py datajob show j9` "
+        "follows it up, `manage.py datajob cancel j9` stops it")

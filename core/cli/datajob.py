@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import sys
 import tempfile
 import warnings
@@ -42,6 +43,9 @@ def check_session() -> Iterator[Any]:
     finally:
         session.stop()
         shutil.rmtree(local_dir, ignore_errors=True)
+        # SparkContext took over Ctrl-C (to cancel its jobs); with the context gone its
+        # handler would fail on the next one.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def build_spec(
@@ -127,7 +131,13 @@ def follow(q: Queue, job_id: str, *, timeout: float | None = None,
             if st.chunks is not None:
                 bar.update(task, description="chunks", total=st.chunks, completed=len(st.reports))
 
-        st = jobs.wait(q, job_id, timeout=timeout, on_change=show)
+        try:
+            st = jobs.wait(q, job_id, timeout=timeout, on_change=show)
+        except KeyboardInterrupt:
+            raise CommandError(
+                f"stopped following data job {job_id}; the job goes on running: "
+                f"`manage.py datajob show {job_id}` follows it up, `manage.py datajob cancel "
+                f"{job_id}` stops it") from None
     return finished(st, stdout)
 
 
@@ -142,8 +152,11 @@ def finished(st: jobs.JobStatus, stdout: TextIO) -> jobs.JobStatus:
         reasons = "\n".join(f"  {f}" for f in st.failures) or "  (no dead letter found)"
         raise CommandError(
             f"data job {st.job_id} failed: no _SUCCESS was written.\n{reasons}\n"
-            "Fix the cause, then requeue the dead letter (console Dead letters page, or "
-            f"`manage.py requeue --request {st.job_id}`): the job then finishes."
+            "If the cause is in the data or around it (a file, memory, a worker), fix it and "
+            "requeue the dead letter (console Dead letters page, or `manage.py requeue "
+            f"--request {st.job_id}`): the job then finishes. If it is the SQL or the "
+            "transform, submit the job again with it corrected (another --request-id, or "
+            "--overwrite)."
         )
     if st.state == "cancelled":
         raise CommandError(f"data job {st.job_id} was cancelled: no output was marked complete")

@@ -89,7 +89,7 @@ def check_with_spark(session: SparkSession, spec: JobSpec) -> list[str]:
         result.schema  # noqa: B018  (analysis happens here on Spark Connect)
     except Exception as exc:
         option = "--sql" if spec.sql is not None else f"--transform {spec.transform}"
-        raise SpecError(explain(exc, where="refused", sql_option=option)
+        raise SpecError(explain(exc, where="", sql_option=option)
                         + f" (the input's columns: {columns})") from exc
     if spec.combine_sql:
         _empty(s, result.schema).createOrReplaceTempView("parts")
@@ -97,6 +97,6 @@ def check_with_spark(session: SparkSession, spec: JobSpec) -> list[str]:
             s.sql(spec.combine_sql).schema  # noqa: B018
         except Exception as exc:
             parts = ", ".join(result.schema.fieldNames())
-            raise SpecError(explain(exc, where="refused", sql_option="--combine-sql")
+            raise SpecError(explain(exc, where="", sql_option="--combine-sql")
                             + f" (the view parts has the columns: {parts})") from exc
     return list(result.schema.fieldNames())

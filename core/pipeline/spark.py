@@ -114,6 +114,7 @@ def build_session(
     from pyspark.java_gateway import launch_gateway
     from pyspark.sql import SparkSession
 
+    quiet_query_context_loggers()
     if target.remote:
         return SparkSession.builder.remote(target.remote).appName(app).getOrCreate()
     conf = SparkConf().setMaster(target.master)
@@ -125,6 +126,19 @@ def build_session(
     sc = SparkContext(conf=conf, gateway=gateway)
     sc.setLogLevel("ERROR")
     return SparkSession(sc)
+
+
+def quiet_query_context_loggers() -> None:
+    """PySpark logs every analysis error it raises, with the JVM's stack trace, as one line of
+    JSON at ERROR (loggers SQLQueryContextLogger, DataFrameQueryContextLogger): the pipeline
+    turns the same error into a message of its own (errors.explain), so those lines only bury
+    it, in the CLI's output and in the workers' logs."""
+    try:
+        from pyspark.logger import PySparkLogger
+    except ImportError:  # an older PySpark: no such loggers
+        return
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        PySparkLogger.getLogger(name).disabled = True
 
 
 def get_session() -> SparkSession:

@@ -91,12 +91,15 @@ class Command(BaseCommand):
             raise CommandError("--timeout applies only with --wait")
         options = queue_options(priority=o["priority"], concurrency=o["concurrency"],
                                 tenant=o["tenant"], max_attempts=o["max_attempts"])
-        spec = build_spec(
-            input=o["input"], format=o["format"], output=o["output"],
-            output_format=o["output_format"], sql=o["sql"], transform=o["transform"],
-            combine_sql=o["combine_sql"], views=o["view"], chunks=o["chunks"],
-            rows_per_chunk=o["rows_per_chunk"], overwrite=o["overwrite"],
-            request_id=o["request_id"],
-        )
+        try:
+            spec = build_spec(
+                input=o["input"], format=o["format"], output=o["output"],
+                output_format=o["output_format"], sql=o["sql"], transform=o["transform"],
+                combine_sql=o["combine_sql"], views=o["view"], chunks=o["chunks"],
+                rows_per_chunk=o["rows_per_chunk"], overwrite=o["overwrite"],
+                request_id=o["request_id"],
+            )
+        except KeyboardInterrupt:
+            raise CommandError("interrupted while checking the job: nothing was queued") from None
         submit(spec, queue=o["queue"], options=options, wait=o["wait"], timeout=o["timeout"],
                stdout=out, stderr=err)
