@@ -312,3 +312,17 @@ def test_a_csv_input_is_staged_with_only_the_columns_its_sql_reads(
     assert st.state == "done", st.failures
     assert st.manifest is not None and st.manifest["split"] == "spark"
     assert st.manifest["rows_in"] == 300
+
+
+@pytest.mark.slow
+def test_a_failed_job_cancelled_to_tidy_up_still_says_it_failed(
+    dq: Queue, spark_session: Any, tmp_path: Path
+) -> None:
+    data = lay_out(tmp_path, flights(60), "one group")
+    spec = spec_for(tmp_path, data, sql="SELECT nope FROM chunk", chunks=2)
+    st = run_job(dq, spec)
+    assert st.state == "failed" and len(st.failures) == 1
+    jobs.cancel(dq, [spec.job_id], wait_s=0)
+    after = jobs.status(dq, spec.job_id)
+    assert after.state == "failed"
+    assert after.failures == st.failures

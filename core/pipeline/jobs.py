@@ -184,14 +184,16 @@ def status(q: Queue, job_id: str) -> JobStatus:
     chunks = int(rec["chunks"]) if "chunks" in rec else None
     st = JobStatus(job_id, spec, "running", chunks, reports, manifest, failures, req, comb,
                    letters)
+    cancelled = any(r is not None and r.state in ("cancelled", "cancelling") for r in (req, comb))
+    dead = any(r is not None and r.dead > 0 for r in (req, comb))
     if manifest is not None or (comb is not None and comb.state == "done"):
         st.state = "done"
-    elif any(r is not None and r.state in ("cancelled", "cancelling") for r in (req, comb)):
+    elif cancelled and not dead:
         st.state = "cancelled"
     elif req is None and comb is None:
         st.state = "unknown" if spec is None else "expired"
-    elif any(r is not None and r.state == "failed" for r in (req, comb)):
-        st.state = "failed"
+    elif cancelled or any(r is not None and r.state == "failed" for r in (req, comb)):
+        st.state = "failed"  # cancelled after a task failed: the failure is what it tells
     elif (req is not None and req.state == "open" and req.dead > 0
           and req.waiting + req.leased + req.delayed == 0):
         st.state = "failed"  # the split ran out of attempts: nothing else will run
