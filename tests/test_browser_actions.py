@@ -58,19 +58,25 @@ def accounts(stack: Stack) -> dict[str, str]:
     return out
 
 
-@pytest.fixture
-def login(browser: Any, stack: Stack, accounts: dict[str, str]) -> Iterator[Callable[[str], Any]]:  # noqa: F811
-    """login(name) -> a page logged in through the login form; no script error or CSP
-    refusal allowed on any page it opens."""
+def logged_in_pages(browser: Any, stack: Stack, accounts: dict[str, str],  # noqa: F811
+                    expected: Callable[[Any], bool] = lambda message: False
+                    ) -> Iterator[Callable[[str], Any]]:
+    """Yields login(name) -> a page logged in through the login form; no script error, CSP
+    refusal or failed load allowed on any page it opens, but the console errors `expected`
+    says a test asked for."""
     contexts: list[Any] = []
     errors: list[str] = []
+
+    def logged(m: Any) -> None:
+        if m.type == "error" and not expected(m):
+            errors.append(m.text)
 
     def open_as(name: str) -> Any:
         context = browser.new_context(viewport={"width": 1400, "height": 900})
         contexts.append(context)
         pg = context.new_page()
         pg.on("pageerror", lambda exc: errors.append(str(exc)))
-        pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        pg.on("console", logged)
         pg.goto(stack.url("/login/"))
         pg.fill("input[name=username]", name)
         pg.fill("input[name=password]", accounts[name])
@@ -82,6 +88,13 @@ def login(browser: Any, stack: Stack, accounts: dict[str, str]) -> Iterator[Call
     for context in contexts:
         context.close()
     assert errors == []
+
+
+@pytest.fixture
+def login(browser: Any, stack: Stack, accounts: dict[str, str]) -> Iterator[Callable[[str], Any]]:  # noqa: F811
+    """login(name) -> a page logged in through the login form; no script error or CSP
+    refusal allowed on any page it opens."""
+    yield from logged_in_pages(browser, stack, accounts)
 
 
 def queue(stack: Stack, name: str = "default") -> Queue:
