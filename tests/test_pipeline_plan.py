@@ -322,7 +322,10 @@ def test_a_failed_job_cancelled_to_tidy_up_still_says_it_failed(
     spec = spec_for(tmp_path, data, sql="SELECT nope FROM chunk", chunks=2)
     st = run_job(dq, spec)
     assert st.state == "failed" and len(st.failures) == 1
-    jobs.cancel(dq, [spec.job_id], wait_s=0)
+    (spec.staging / "parts" / "00000").mkdir(parents=True)  # as a failed job may leave it
+    assert jobs.remove_staging(dq, spec.job_id).removed_bytes is None  # failed: kept
+    [done] = jobs.cancel(dq, [spec.job_id], wait_s=0)
+    assert done.removed_bytes is not None and not spec.staging.exists()  # cancelled: gone
     after = jobs.status(dq, spec.job_id)
-    assert after.state == "failed"
+    assert after.state == "failed" and after.cancelled
     assert after.failures == st.failures

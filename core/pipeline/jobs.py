@@ -147,6 +147,13 @@ class JobStatus:
     request: RequestInfo | None = None
     combine: RequestInfo | None = None
     letters: list[DeadLetter] = field(default_factory=list)  # the job's dead letters
+    cancelled: bool = False  # an operator cancelled it (its state may still say failed)
+
+    @property
+    def cleanable(self) -> bool:
+        """Whether its staging may go: cancelled (also after failing) or expired; never a
+        running, held, done or failed job (requeuing a failed job's letter finishes it)."""
+        return self.state in CLEANABLE or (self.state == "failed" and self.cancelled)
 
     @property
     def finished(self) -> bool:
@@ -186,6 +193,7 @@ def status(q: Queue, job_id: str) -> JobStatus:
                    letters)
     cancelled = any(r is not None and r.state in ("cancelled", "cancelling") for r in (req, comb))
     dead = any(r is not None and r.dead > 0 for r in (req, comb))
+    st.cancelled = cancelled
     if manifest is not None or (comb is not None and comb.state == "done"):
         st.state = "done"
     elif cancelled and not dead:
@@ -291,14 +299,15 @@ def remove_staging(q: Queue, job_id: str, *, dry_run: bool = False) -> Cleanup:
         return Cleanup(job_id, st.state, None)
     staging = st.spec.staging
     leased, stopping = _leased(q, job_id)
-    if st.state not in CLEANABLE or leased or stopping:
+    if not st.cleanable or leased or stopping:
         return Cleanup(job_id, st.state, staging, None, max(leased, int(stopping)))
+    state = "cancelled" if st.cancelled else st.state  # what the cancel made of it
     if not staging.exists():
-        return Cleanup(job_id, st.state, staging)
+        return Cleanup(job_id, state, staging)
     size = _dir_bytes(staging)
     if not dry_run:
         shutil.rmtree(staging, ignore_errors=True)
-    return Cleanup(job_id, st.state, staging, size)
+    return Cleanup(job_id, state, staging, size)
 
 
 def cancel(q: Queue, job_ids: Iterable[str], *, wait_s: float = CANCEL_WAIT_S,
