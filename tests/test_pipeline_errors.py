@@ -79,3 +79,14 @@ def test_chunk_count_from_chunks_or_rows_per_chunk() -> None:
 ])
 def test_only_what_a_retry_cannot_fix_is_permanent(exc: Exception, permanent: bool) -> None:
     assert is_permanent(exc) is permanent
+
+
+def test_an_unknown_data_job_task_is_a_permanent_failure() -> None:
+    from core.pipeline.errors import DataJobError
+    from core.pipeline.tasks import datajob
+
+    with pytest.raises(DataJobError) as failed:
+        datajob({"op": "merge", "job": "J", "spec": {}}, None)  # type: ignore[arg-type]
+    assert str(failed.value) == ("unknown data job task 'merge': expected split, chunk or "
+                                 "combine")
+    assert failed.value.permanent  # another attempt runs the same payload

@@ -39,7 +39,8 @@ def datajob(payload: dict[str, Any], ctx: TaskContext) -> dict[str, Any] | None:
     run: Callable[[JobSpec, dict[str, Any], TaskContext], dict[str, Any] | None] | None = {
         "split": split, "chunk": chunk, "combine": combine}.get(str(op))
     if run is None:
-        raise DataJobError(f"unknown data job task {op!r}: expected split, chunk or combine")
+        raise DataJobError(f"unknown data job task {op!r}: expected split, chunk or combine",
+                           permanent=True)
     return run(JobSpec.from_dict(payload["spec"]), payload, ctx)
 
 
