@@ -191,8 +191,8 @@ def test_the_audit_log_lists_actions_newest_first_with_filters(
     viewer.post("/actions/requeue/", {"queue": "default", "dead": world.dead_ids[1:2]})
     page = viewer.get("/audit/")
     assert page.status_code == 200
-    rows = re.findall(r'<tr id="audit-(\d+)"', page.content.decode())
-    assert len(rows) == 3 and rows == sorted(rows, reverse=True)
+    rows = [int(i) for i in re.findall(r'<tr id="audit-(\d+)"', page.content.decode())]
+    assert len(rows) == 3 and rows == sorted(rows, reverse=True)  # ids, not their text: 100 > 99
     body = text(page)
     assert "refused" in body and "otto" in body and "vera" in body
     only_otto = viewer.get("/audit/?user=otto").content.decode()
