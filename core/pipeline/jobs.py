@@ -43,6 +43,12 @@ def record_key(q: Queue, job_id: str) -> str:
     return f"{q.keys.base}datajob:{job_id}"
 
 
+def index_key(q: Queue) -> str:
+    """The queue's data jobs by submit time (ms), so that `datajob clean` finds their records
+    without scanning the keyspace; entries older than the records' life are dropped by it."""
+    return f"{q.keys.base}datajobs"
+
+
 def payload(op: str, spec: JobSpec, **extra: Any) -> dict[str, Any]:
     return {"op": op, "job": spec.job_id, **extra, "spec": spec.to_dict()}
 
@@ -107,8 +113,10 @@ def submit(q: Queue, spec: JobSpec, options: QueueOptions | None = None, *,
     q.open(handler=HANDLER, request_id=spec.job_id, concurrency=o.concurrency, **opts)
     created = bool(q.redis.hsetnx(key, "spec", spec.to_json()))
     if created:
-        q.redis.hset(key, mapping={"queue": q.name, "created_ms": int(time.time() * 1000)})
+        now_ms = int(time.time() * 1000)
+        q.redis.hset(key, mapping={"queue": q.name, "created_ms": now_ms})
         q.redis.expire(key, RECORD_TTL_S)
+        q.redis.zadd(index_key(q), {spec.job_id: now_ms})
     q.submit_after(spec.job_id, [payload("combine", spec)], handler=HANDLER,
                    request_id=combine_id(spec.job_id), **opts)
     info = introspect.request(q, spec.job_id)
@@ -334,18 +342,18 @@ def cancel(q: Queue, job_ids: Iterable[str], *, wait_s: float = CANCEL_WAIT_S,
 
 def clean(q: Queue, *, dry_run: bool = False) -> list[Cleanup]:
     """Remove the staging data of every job of the queue that is cancelled or gone and has no
-    task running; running, held, failed and done jobs are not touched. Walks the queue's job
-    records (a SCAN: for this command, never for a page)."""
-    base = record_key(q, "")
+    task running; running, held, failed and done jobs are not touched. Walks the queue's
+    index of jobs (index_key), page by page, and drops from it the jobs whose record expired."""
     out = []
-    for key in q.redis.scan_iter(match=f"{_glob_escape(base)}*", count=500):
-        name = key.decode() if isinstance(key, bytes) else str(key)
-        job_id = name[len(base):]
-        got = remove_staging(q, job_id, dry_run=dry_run)
-        if got.removed_bytes is not None:
-            out.append(got)
+    start = 0
+    while page := q.redis.zrange(index_key(q), start, start + 499):
+        start += len(page)
+        ids = [i.decode() if isinstance(i, bytes) else str(i) for i in page]
+        for job_id in ids:
+            got = remove_staging(q, job_id, dry_run=dry_run)
+            if got.removed_bytes is not None:
+                out.append(got)
+    if not dry_run:  # records gone (7 days): nothing more to find by them
+        expire_before = int(time.time() * 1000) - RECORD_TTL_S * 1000
+        q.redis.zremrangebyscore(index_key(q), "-inf", expire_before)
     return sorted(out, key=lambda c: c.job_id)
-
-
-def _glob_escape(text: str) -> str:
-    return "".join(f"\\{c}" if c in "*?[]\\" else c for c in text)
