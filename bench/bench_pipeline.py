@@ -62,11 +62,12 @@ def make_input(work: Path, copies: int) -> tuple[dict[str, Path], int]:
     return {"one file": single, "directory of files": many}, one.num_rows * copies
 
 
-def spawn_worker(name: str, env: dict[str, str], work: Path) -> subprocess.Popen[bytes]:
+def spawn_worker(name: str, env: dict[str, str], work: Path,
+                 slots: int) -> subprocess.Popen[bytes]:
     with open(work / f"{name}.log", "ab") as log:
         return subprocess.Popen(
             [sys.executable, str(ROOT / "bench" / "pipeline_worker.py"), "--queue", QUEUE,
-             "--name", name], cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log,
+             "--name", name, "--slots", str(slots)], cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log,
             stderr=subprocess.STDOUT)
 
 
@@ -143,6 +144,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--copies", type=int, default=30, help="flights replicated (30: 10.1M)")
     ap.add_argument("--rounds", type=int, default=2, help="warm runs of each, median reported")
+    ap.add_argument("--slots", type=int, default=1, help="task slots per worker process")
     ap.add_argument("--json-only", action="store_true")
     a = ap.parse_args()
 
@@ -170,7 +172,7 @@ def main() -> None:
         session = spark.build_session(spark.SparkTarget(master="local[*]"), app="bench-plain",
                                       local_dir=work / "plain-local")
         spawned = time.time()
-        procs = [spawn_worker(f"w{i}", env, work) for i in range(1, WORKERS + 1)]
+        procs = [spawn_worker(f"w{i}", env, work, a.slots) for i in range(1, WORKERS + 1)]
         first = layouts["one file"]
         cold_wall, _ = run_queued(q, session, first, work / "out-cold", "cold")
         firsts = first_chunk_done(timings, spawned)
