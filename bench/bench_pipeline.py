@@ -67,8 +67,8 @@ def spawn_worker(name: str, env: dict[str, str], work: Path,
     with open(work / f"{name}.log", "ab") as log:
         return subprocess.Popen(
             [sys.executable, str(ROOT / "bench" / "pipeline_worker.py"), "--queue", QUEUE,
-             "--name", name, "--slots", str(slots)], cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log,
-            stderr=subprocess.STDOUT)
+             "--name", name, "--slots", str(slots)], cwd=ROOT, env=env,
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
 
 
 def run_queued(q: Any, session: Any, data: Path, out: Path,

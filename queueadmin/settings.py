@@ -27,6 +27,8 @@ SPARK_SHUFFLE_PARTITIONS  spark.sql.shuffle.partitions of the workers' sessions 
                the cores of local[N] / local[*], else 8; chunks are small; raise it for big
                combine steps on a cluster)
 SPARK_UI       "1": the Spark UI of each worker's session on (default off)
+SPARK_CONF     more Spark settings for the workers' sessions, key=value entries separated by
+               ';' or new lines: spark.driver.memory=8g;spark.executor.memory=4g
 """
 
 from __future__ import annotations
@@ -87,6 +89,7 @@ SPARK_MASTER = os.environ.get("SPARK_MASTER", "").strip() or "local[*]"
 SPARK_REMOTE = os.environ.get("SPARK_REMOTE", "").strip()
 SPARK_SHUFFLE_PARTITIONS = int(os.environ.get("SPARK_SHUFFLE_PARTITIONS") or "0")  # 0: by master
 SPARK_UI = _env_flag("SPARK_UI")
+SPARK_CONF = os.environ.get("SPARK_CONF", "")  # parsed (and refused) by core.pipeline.spark
 
 # The supervisor (`runstack`).
 WEB_HOST = os.environ.get("HOST") or "127.0.0.1"

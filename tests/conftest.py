@@ -3,6 +3,7 @@ a clock the test controls."""
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -14,6 +15,12 @@ import redis
 
 from core.queue import Queue
 from core.redis_server import RedisCluster, RedisServer, start_cluster, start_redis
+
+# Every Spark JVM of the run (the shared session, spawned workers, the CLI's checks) compiles
+# with C1 alone: on the tests' small data it starts ~2.5 s sooner and runs each job faster
+# (core.pipeline.spark.QUICK_JIT). Set before any process is spawned, so they all inherit it.
+TEST_SPARK_CONF = "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1"
+os.environ.setdefault("SPARK_CONF", TEST_SPARK_CONF)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

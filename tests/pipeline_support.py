@@ -5,6 +5,7 @@ data, and a way to run a job to its end with an in-process worker."""
 from __future__ import annotations
 
 import atexit
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,9 @@ def spark_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     made once here and stopped once, when the run ends."""
     if not _SHARED:
         _SHARED.append(spark.build_session(
-            spark.SparkTarget(master="local[2]", shuffle_partitions=1), app="queueadmin-tests",
+            spark.SparkTarget(master="local[2]", shuffle_partitions=1,
+                              conf=spark.parse_conf(os.environ.get("SPARK_CONF", ""))),
+            app="queueadmin-tests",
             local_dir=tmp_path_factory.mktemp("spark-local"),
         ))
         atexit.register(_stop_shared)

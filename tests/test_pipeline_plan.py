@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -244,6 +245,33 @@ def test_shuffle_partitions_follow_the_local_threads_unless_set(
     conf = spark.base_conf(spark.SparkTarget(master=master, shuffle_partitions=setting),
                            app="t", local_dir=None)
     assert conf["spark.sql.shuffle.partitions"] == str(want)
+
+
+def test_spark_conf_entries_override_the_defaults_and_add_to_the_drivers_java_options() -> None:
+    target = spark.SparkTarget(conf=spark.parse_conf(
+        "spark.driver.memory=8g; spark.sql.shuffle.partitions = 5\n"
+        "spark.driver.extraJavaOptions=-XX:+UseG1GC -Xss4m"))
+    conf = spark.base_conf(target, app="t", local_dir=None)
+    assert conf["spark.driver.memory"] == "8g"
+    assert conf["spark.sql.shuffle.partitions"] == "5"
+    java = conf["spark.driver.extraJavaOptions"]
+    assert java.startswith("-Dlog4j2.configurationFile=") and java.endswith("-XX:+UseG1GC -Xss4m")
+    quick = spark.base_conf(target.quick_start(), app="t", local_dir=None)
+    assert quick["spark.driver.extraJavaOptions"].endswith("-Xss4m -XX:TieredStopAtLevel=1")
+
+
+@pytest.mark.parametrize("bad", ["driver.memory=8g", "spark.driver.memory", "spark.x=",
+                                 "spark.a b=1"])
+def test_a_spark_conf_entry_that_is_no_setting_is_refused_by_name(bad: str) -> None:
+    with pytest.raises(spark.SparkConfError, match=re.escape(repr(bad))):
+        spark.parse_conf(f"spark.ui.enabled=false;{bad}")
+
+
+def test_the_drivers_jvm_runs_with_the_java_options_given(spark_session: Any) -> None:
+    """The suite's SPARK_CONF (tests/conftest.py) reached the JVM itself, not only its conf."""
+    jvm = spark_session.sparkContext._jvm
+    flags = list(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
+    assert "-XX:TieredStopAtLevel=1" in flags, flags
 
 
 @pytest.mark.slow

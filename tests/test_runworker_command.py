@@ -41,3 +41,13 @@ def test_bad_options_are_command_errors(
     with pytest.raises(CommandError, match=message) as caught:
         call_command("runworker", "--burst", *args)
     assert "REDIS_URL" not in str(caught.value)  # the Redis hint is for Redis problems only
+
+
+def test_a_bad_spark_conf_is_refused_before_any_task_is_taken(
+    django_queue: Queue, settings: Any
+) -> None:
+    settings.SPARK_CONF = "spark.driver.memory=8g;memory=8g"
+    django_queue.submit([{"ms": 1}], request_id="r", handler="noop")
+    with pytest.raises(CommandError, match=r"SPARK_CONF: 'memory=8g' is not a Spark setting"):
+        call_command("runworker", "--burst")
+    assert django_queue.state("r") == "active"  # nothing taken

@@ -36,8 +36,9 @@ from core.queue.keys import validate_id
 def check_session() -> Iterator[Any]:
     """A small local Spark session for the checks (one core, no UI), stopped after them."""
     local_dir = Path(tempfile.mkdtemp(prefix="qa-datajob-check-"))
-    session = spark.build_session(spark.SparkTarget(master="local[1]", shuffle_partitions=1),
-                                  app="queueadmin-datajob-check", local_dir=local_dir)
+    target = spark.SparkTarget(master="local[1]", shuffle_partitions=1,
+                               conf=spark.target_from_settings().conf).quick_start()
+    session = spark.build_session(target, app="queueadmin-datajob-check", local_dir=local_dir)
     try:
         yield session
     finally:

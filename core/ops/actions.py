@@ -39,8 +39,10 @@ __all__ = ["Actor", "PendingRef", "Result", "cancel", "claim", "delete_dead", "p
 
 CHUNK = 1000  # targets per call into Redis, and the most a direct action takes
 # How long a direct cancel (console, `manage.py cancel`) waits for a data job's running tasks
-# to stop before removing its staging data: a running chunk stops at its next lease renewal.
-JOB_WAIT_S = 15.0
+# to stop before removing its staging data: none. A running chunk stops at its next lease
+# renewal, seconds later, and its worker then removes the staging (jobs.clean_when_stopped);
+# a web request is not held meanwhile.
+JOB_WAIT_S = 0.0
 PAST = {"requeue": "requeued", "delete": "deleted", "cancel": "cancelled", "claim": "claimed",
         "release": "released", "reclaim": "released", "pause": "paused", "resume": "resumed"}
 

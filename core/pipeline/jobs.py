@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import shutil
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -30,6 +32,7 @@ from core.queue.models import DeadLetter, RequestInfo
 
 from .spec import JobSpec, SpecError
 
+log = logging.getLogger("queueadmin.pipeline")
 HANDLER = "datajob"
 RECORD_TTL_S = 7 * 86_400  # the job's record outlives its requests' default retention
 
@@ -269,9 +272,9 @@ class Cleanup:
             return (f"data job {self.job_id}: removed its staging {self.staging} "
                     f"({self.removed_bytes:,} bytes)")
         if self.leased:
-            return (f"data job {self.job_id}: {self.leased} task(s) still running, so its "
-                    f"staging {self.staging} stays; `manage.py datajob clean` removes it once "
-                    "they have stopped")
+            return (f"data job {self.job_id}: {self.leased} task(s) still stopping; its "
+                    f"workers remove its staging {self.staging} once they have stopped "
+                    "(else `manage.py datajob clean` does)")
         if self.state == "done":
             return f"data job {self.job_id} is done: nothing to cancel or remove"
         if self.state not in CLEANABLE:
@@ -338,6 +341,47 @@ def cancel(q: Queue, job_ids: Iterable[str], *, wait_s: float = CANCEL_WAIT_S,
     while any(sum(_leased(q, j)) for j in ids) and time.monotonic() < deadline:
         time.sleep(poll)
     return [remove_staging(q, job_id) for job_id in ids]
+
+
+STOPPED_WAIT_S = 300.0  # how long a worker watches a cancelled job for its tasks to stop
+_WATCHED: set[tuple[str, str]] = set()  # (queue, job) watched by this process
+_WATCHED_LOCK = threading.Lock()
+
+
+def clean_when_stopped(q: Queue, job_id: str, *, within_s: float = STOPPED_WAIT_S,
+                       poll: float = 0.5) -> threading.Thread | None:
+    """In the background, from a worker whose task of a cancelled job is stopping: once no
+    task of the job is leased (this one included), remove its staging (remove_staging). One
+    watcher per job in a process; none if one is already watching. It gives up after
+    `within_s`, and dies with its process: `datajob clean` finds what it leaves."""
+    key = (q.name, job_id)
+    with _WATCHED_LOCK:
+        if key in _WATCHED:
+            return None
+        _WATCHED.add(key)
+
+    def watch() -> None:
+        try:
+            deadline = time.monotonic() + within_s
+            while True:
+                got = remove_staging(q, job_id)
+                if not got.leased or time.monotonic() >= deadline:
+                    break
+                time.sleep(poll)
+            if got.removed_bytes is not None:
+                log.info("data job %s cancelled: removed its staging %s (%s bytes)", job_id,
+                         got.staging, f"{got.removed_bytes:,}")
+            elif got.leased:
+                log.warning("%s", got.describe())
+        except Exception:  # Redis away, a filesystem error: `datajob clean` does it later
+            log.exception("data job %s cancelled: its staging was not removed", job_id)
+        finally:
+            with _WATCHED_LOCK:
+                _WATCHED.discard(key)
+
+    t = threading.Thread(target=watch, name=f"clean-{job_id}", daemon=True)
+    t.start()
+    return t
 
 
 def clean(q: Queue, *, dry_run: bool = False) -> list[Cleanup]:

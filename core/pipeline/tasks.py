@@ -41,7 +41,13 @@ def datajob(payload: dict[str, Any], ctx: TaskContext) -> dict[str, Any] | None:
     if run is None:
         raise DataJobError(f"unknown data job task {op!r}: expected split, chunk or combine",
                            permanent=True)
-    return run(JobSpec.from_dict(payload["spec"]), payload, ctx)
+    spec = JobSpec.from_dict(payload["spec"])
+    try:
+        return run(spec, payload, ctx)
+    except Cancelled:
+        if ctx.cancelled:  # the job was cancelled: its staging goes once its tasks stop
+            jobs.clean_when_stopped(ctx.queue, spec.job_id)
+        raise
 
 
 def _where(spec: JobSpec, payload: dict[str, Any]) -> str:

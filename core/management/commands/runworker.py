@@ -11,6 +11,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
 from core.conf import get_queue, redacted
+from core.pipeline import spark
 from core.queue import QueueError, RedisUnavailable
 from core.worker import WorkerConfig
 from core.worker.main import run_worker
@@ -66,6 +67,10 @@ class Command(BaseCommand):
                 time_limit=options["time_limit"], heartbeat=options["heartbeat"],
             )
         except ValueError as exc:
+            raise CommandError(str(exc)) from exc
+        try:  # a bad SPARK_CONF would fail every data task: refused before any is taken
+            spark.parse_conf(getattr(settings, "SPARK_CONF", ""))
+        except spark.SparkConfError as exc:
             raise CommandError(str(exc)) from exc
         try:
             run_worker(
