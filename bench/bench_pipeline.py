@@ -71,15 +71,15 @@ def spawn_worker(name: str, env: dict[str, str], work: Path,
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
 
 
-def run_queued(q: Any, session: Any, data: Path, out: Path,
-               job_id: str) -> tuple[float, dict[str, Any]]:
+def run_queued(q: Any, session: Any, data: Path, out: Path, job_id: str,
+               chunks: int = CHUNKS) -> tuple[float, dict[str, Any]]:
     """As `datajob submit --wait` runs it: checked (Spark's analysis of the SQL, in the
     submitting process, before anything is queued), then timed from the submit on."""
     from core.cli.datajob import build_spec
     from core.pipeline import jobs
 
     spec = build_spec(request_id=job_id, input=str(data), format="parquet", output=str(out),
-                      sql=SQL, combine_sql=COMBINE, chunks=CHUNKS, session=session)
+                      sql=SQL, combine_sql=COMBINE, chunks=chunks, session=session)
     started = time.perf_counter()
     jobs.submit(q, spec, analysed=True)
     while True:
@@ -144,6 +144,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--copies", type=int, default=30, help="flights replicated (30: 10.1M)")
     ap.add_argument("--rounds", type=int, default=2, help="warm runs of each, median reported")
+    ap.add_argument("--chunks", type=int, default=CHUNKS, help="chunks of the queued job "
+                    f"(the goal is for {CHUNKS})")
     ap.add_argument("--slots", type=int, default=1, help="task slots per worker process")
     ap.add_argument("--json-only", action="store_true")
     a = ap.parse_args()
@@ -174,7 +176,7 @@ def main() -> None:
         spawned = time.time()
         procs = [spawn_worker(f"w{i}", env, work, a.slots) for i in range(1, WORKERS + 1)]
         first = layouts["one file"]
-        cold_wall, _ = run_queued(q, session, first, work / "out-cold", "cold")
+        cold_wall, _ = run_queued(q, session, first, work / "out-cold", "cold", a.chunks)
         firsts = first_chunk_done(timings, spawned)
         plain_cold = run_plain(session, first, work / "plain-cold")
         queued: dict[str, list[float]] = {name: [] for name in layouts}
@@ -184,7 +186,8 @@ def main() -> None:
         for r in range(a.rounds):  # alternate, so a busy spell of the machine hits all
             for i, (name, data) in enumerate(layouts.items()):
                 job = f"warm{r}-{i}"
-                w, manifests[name] = run_queued(q, session, data, work / f"out-{job}", job)
+                w, manifests[name] = run_queued(q, session, data, work / f"out-{job}", job,
+                                                a.chunks)
                 queued[name].append(w)
                 warm.add(job)
                 plain[name].append(run_plain(session, data, work / f"plain-{job}"))
@@ -214,15 +217,15 @@ def main() -> None:
             "combine_seconds": m.get("combine_seconds"),
         }
     result = {
-        "rows": rows, "chunks": CHUNKS, "workers": WORKERS, "cores": os.cpu_count(),
+        "rows": rows, "chunks": a.chunks, "workers": WORKERS, "cores": os.cpu_count(),
         "rounds": a.rounds, "goal_ratio": GOAL_RATIO, "layouts": per_layout,
         "queued_cold_s": round(cold_wall, 2), "plain_cold_s": round(plain_cold, 2),
         "overhead_ms": {k: {"n": len(v), "p50": pct(v, 0.5), "max": pct(v, 1.0)}
                         for k, v in oh.items()},
         "goal_overhead_ms": GOAL_OVERHEAD_MS,
         "spark_job_floor_s": round(floor, 3),
-        # chunks run CHUNKS/WORKERS deep on each worker, then the combine: that many floors
-        "queued_floor_s": round(floor * (CHUNKS / WORKERS + 1), 2),
+        # chunks run chunks/WORKERS deep on each worker, then the combine: that many floors
+        "queued_floor_s": round(floor * (-(-a.chunks // WORKERS) + 1), 2),
         "new_worker_to_first_chunk_s": firsts,
     }
     print(json.dumps(result, indent=2))
