@@ -18,7 +18,9 @@ import core.worker.builtins  # noqa: F401  (registers noop)
 import tests.handlers  # noqa: F401  (registers tracked, gil_sleep)
 from core.queue import Queue, introspect
 from core.redis_server import start_redis
-from core.worker import Worker, WorkerConfig
+from core.worker import Worker, WorkerConfig, runtime
+from core.worker.beat import ProcessBeater
+from core.worker.held import Held
 from tests.test_worker_process import counters, events, task_log
 
 
@@ -230,6 +232,50 @@ def test_a_handoff_whose_lease_expired_before_pickup_is_not_run(
     assert task_log(live_queue, k) == []
     assert any("not running it" in r.getMessage() for r in caplog.records)
 
+
+
+def test_a_task_started_while_a_beat_is_under_way_keeps_its_time_limit(
+    live_queue: Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was: the heartbeat thread read the held leases, then sent them to the beat process; a
+    task that started in between (its hold and its time limit sent first) was missing from
+    that sync, and the beat process dropped its lease and its limit. The lease came back at
+    the next sync; the limit never did, and a stuck task ran on past it. Here the beat that
+    straddles the start is made to: its first read of Held waits until the task has started."""
+    armed, waiting, started = threading.Event(), threading.Event(), threading.Event()
+
+    class StraddlingHeld(Held):
+        def snapshot(self) -> dict[str, list[Any]]:
+            got = super().snapshot()
+            if threading.current_thread().name.startswith("heartbeat-") and armed.is_set():
+                armed.clear()
+                waiting.set()
+                started.wait(10)  # the slot takes its task meanwhile
+            return got
+
+    sent_limit = ProcessBeater.started
+
+    def started_and_tell(self: ProcessBeater, *args: Any) -> None:
+        sent_limit(self, *args)
+        started.set()
+
+    monkeypatch.setattr(runtime, "Held", StraddlingHeld)
+    monkeypatch.setattr(ProcessBeater, "started", started_and_tell)
+    worker = Worker([live_queue], WorkerConfig(name="w", dead_after=2, time_limit=1,
+                                               idle_wait=0.05, heartbeat="process"))
+    t = _run_in_thread(worker)
+    try:
+        armed.set()
+        assert waiting.wait(10)  # a beat has read Held, and waits
+        # A handler that never looks at its context: only the beat process can stop it.
+        live_queue.submit([{"ms": 8000}], request_id="r", handler="pause", max_attempts=1)
+        assert started.wait(10)
+        assert live_queue.wait("r", timeout=6) == "failed"
+        [letter] = introspect.dead_letters(live_queue)
+        assert letter.error.startswith("TimeLimitExceeded") and "1s" in letter.error
+    finally:
+        worker.stop(hard=True)
+        t.join(15)
 
 
 def test_the_reaper_prunes_workers_gone_for_over_an_hour(live_queue: Queue) -> None:

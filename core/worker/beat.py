@@ -31,6 +31,7 @@ log = logging.getLogger("queueadmin.worker")
 READY_TIMEOUT_S = 60.0
 # Applies one renewal result to a held task: (queue name, token, result, sent_at monotonic).
 Apply = Callable[[str, str, int, float], None]
+Snapshot = Callable[[], dict[str, list[TaskContext]]]  # Held.snapshot: the leases held now
 
 
 def time_limit_error(limit: float, worker: str) -> str:
@@ -71,7 +72,8 @@ class ThreadBeater(Beater):
     def started(self, queue: str, ctx: TaskContext, limit: float) -> None:
         self._limits[ctx.lease.lease] = limit  # the beat checks ctx.deadline
 
-    def beat(self, held: dict[str, list[TaskContext]], info: dict[str, Any]) -> None:
+    def beat(self, snapshot: Snapshot, info: dict[str, Any]) -> None:
+        held = snapshot()
         now = time.monotonic()
         current = {c.lease.lease for ctxs in held.values() for c in ctxs}
         self._limits = {t: v for t, v in self._limits.items() if t in current}
@@ -164,11 +166,14 @@ class ProcessBeater(Beater):
     def started(self, queue: str, ctx: TaskContext, limit: float) -> None:
         self._send(("limit", queue, ctx.lease.lease, time.monotonic() + limit, limit))
 
-    def beat(self, held: dict[str, list[TaskContext]], info: dict[str, Any]) -> None:
-        """Every interval: the whole set, so the child forgets tasks that are finished."""
-        with self._lock:  # the snapshot and its send in one step, ordered with hold()
-            snapshot = {q: [c.lease.lease for c in ctxs] for q, ctxs in held.items()}
-            self._write(("sync", snapshot, info))
+    def beat(self, snapshot: Snapshot, info: dict[str, Any]) -> None:
+        """Every interval: the whole set, so the child forgets tasks that are finished. The
+        set is read under the lock that hold() and started() send under: a task is added to
+        Held before its hold is sent, so a sync never goes after a task's hold or time limit
+        without it (which made the child drop both: the lease unrenewed, the limit lost)."""
+        with self._lock:
+            tokens = {q: [c.lease.lease for c in ctxs] for q, ctxs in snapshot().items()}
+            self._write(("sync", tokens, info))
 
     def _read(self) -> None:
         while True:

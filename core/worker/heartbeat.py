@@ -78,8 +78,9 @@ class Heartbeat(threading.Thread):
             now = time.monotonic()
             try:
                 if now >= next_beat:
-                    snapshot = self.held.snapshot()
-                    self.beater.beat(snapshot, self._info(snapshot))
+                    # The beater reads Held again as it sends (see ProcessBeater.beat): this
+                    # read is only for the registry's list of tasks.
+                    self.beater.beat(self.held.snapshot, self._info(self.held.snapshot()))
                     registry.touch(self.queues)  # keeps the queues listed (console, mirror)
                     next_beat = now + self.interval
                 if now >= next_reap:
