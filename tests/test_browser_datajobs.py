@@ -12,14 +12,19 @@ job, and both refusals under var/screenshots/.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import tests.pipeline_handlers  # noqa: F401  (registers the transform make_spec checks)
+from core.pipeline import jobs
+from core.pipeline.spec import make_spec
+from tests.pipeline_support import flights
 from tests.test_browser import Stack, browser, running_stack, shots  # noqa: F401
-from tests.test_browser_actions import accounts, logged_in_pages  # noqa: F401
+from tests.test_browser_actions import accounts, logged_in_pages, queue, until  # noqa: F401
 
 pytestmark = pytest.mark.slow
 
@@ -33,7 +38,9 @@ COMBINE_SQL = ("SELECT carrier, sum(flights) AS flights, sum(miles) AS miles FRO
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     var = tmp_path_factory.mktemp("browser-datajobs-var")
-    with running_stack(var) as running:
+    # The workers also know the test transform that holds a chunk while var/hold exists.
+    with running_stack(var, {"QA_HANDLER_MODULES": "tests.pipeline_handlers",
+                             "QA_TEST_HOLD_DIR": str(var)}) as running:
         yield running
 
 
@@ -152,3 +159,42 @@ def test_sql_spark_cannot_parse_fails_the_job_and_its_page_says_why(
     failure = page.locator("#live p.error").first.inner_text()
     assert "--sql does not parse" in failure, failure
     shots(page, "datajob-bad-sql")
+
+
+def test_cancel_a_running_job_from_its_page_and_its_worker_removes_the_staging(
+    stack: Stack, login: Any, shots: Any  # noqa: F811
+) -> None:
+    """The console answers at once, while the chunk is still stopping; the worker whose chunk
+    stopped then removes the job's staging (no `datajob clean`)."""
+    var = var_dir(stack)
+    data = var / "held-input.parquet"
+    flights(300).to_parquet(data, index=False)
+    (var / "hold").touch()  # the chunk holding id 123 waits while this exists
+    spec = make_spec(job_id="held-job", input=str(data), format="parquet",
+                     output=str(var / "out" / "held"), transform="pipeline_test_hold", chunks=3)
+    q = queue(stack)
+    jobs.submit(q, spec)
+    until(lambda: (var / "running").exists(), FIRST_JOB_S, "chunk 1 to be held mid-run")
+    assert spec.staging.exists()
+    page = login("otto")
+    page.goto(stack.url("/jobs/default/held-job/?queue=default"))
+    page.click("button:has-text('Cancel this job')")
+    page.wait_for_url(re.compile(r".*/actions/cancel/$"))
+    started = time.monotonic()
+    page.click("button:has-text('Cancel 1 request')")
+    page.wait_for_url(re.compile(r".*/jobs/default/held-job/\?queue=default$"))
+    assert time.monotonic() - started < 5  # not held until the chunk stops
+    said = page.locator("#messages").inner_text()
+    assert "cancelled 1 of 1; 0 skipped. Data job held-job: " in said, said
+    assert "1 task(s) still stopping; its workers remove its staging" in said, said
+    shots(page, "datajob-cancelled")
+    page.locator("#job-state", has_text=re.compile(r"^cancelled$")).wait_for(timeout=60_000)
+    until(lambda: not spec.staging.exists(), 60, "the worker to remove the staging")
+    page.reload()
+    assert page.locator("#chunks .chunk-state").all_inner_texts() == [
+        "done", "cancelled", "cancelled"]
+    assert page.locator("dd", has_text="pipeline_test_hold").count() == 1  # the transform
+    assert (var / "hold").exists()  # the chunk was stopped, not let go
+    assert not Path(spec.output).exists()
+    assert page.locator("button:has-text('Cancel this job')").count() == 0
+    (var / "hold").unlink()

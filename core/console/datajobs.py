@@ -71,8 +71,8 @@ class Preview:
 
 def chunks_of(st: jobs.JobStatus, running: frozenset[int] = frozenset()) -> list[Chunk]:
     """One row per chunk once the split has counted them: reported chunks with their
-    figures, chunks whose task is a dead letter as failed (with why), those in `running`
-    as running, the rest pending."""
+    figures, chunks whose task is a dead letter as failed (with why); the rest cancelled if
+    the job was, else running (those in `running`) or pending."""
     n = st.chunks if st.chunks is not None else len(st.reports)
     dead = _dead_chunks(st.letters)
     out = []
@@ -86,6 +86,8 @@ def chunks_of(st: jobs.JobStatus, running: frozenset[int] = frozenset()) -> list
                              reason=reason(letter.error, f"chunk {k} of job {st.job_id}"),
                              letter=letter.id,
                              fingerprint=fingerprint(letter.handler, letter.error).fingerprint))
+        elif st.cancelled:  # never to run (one still stopping is released, not finished)
+            out.append(Chunk(k, "cancelled"))
         elif k in running:
             out.append(Chunk(k, "running"))
         else:

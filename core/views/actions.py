@@ -58,6 +58,8 @@ def explain(result: Any) -> str:
         verb = "was" if skipped == 1 else "were"
         text += f". {why.format(n=f'{skipped:,} {verb}')}."
     for note in getattr(result, "notes", ()):
+        if not text.endswith("."):
+            text += "."
         text += f" {note[:1].upper()}{note[1:]}."
     return text
 
