@@ -19,7 +19,7 @@ import tests.handlers  # noqa: F401  (registers tracked, gil_sleep)
 from core.queue import Queue, introspect
 from core.redis_server import start_redis
 from core.worker import Worker, WorkerConfig, runtime
-from core.worker.beat import ProcessBeater
+from core.worker.beat import ProcessBeater, ThreadBeater
 from core.worker.held import Held
 from tests.test_worker_process import counters, events, task_log
 
@@ -234,13 +234,15 @@ def test_a_handoff_whose_lease_expired_before_pickup_is_not_run(
 
 
 
+@pytest.mark.parametrize("mode", ["process", "thread"])
 def test_a_task_started_while_a_beat_is_under_way_keeps_its_time_limit(
-    live_queue: Queue, monkeypatch: pytest.MonkeyPatch
+    live_queue: Queue, monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
     """Was: the heartbeat thread read the held leases, then sent them to the beat process; a
     task that started in between (its hold and its time limit sent first) was missing from
     that sync, and the beat process dropped its lease and its limit. The lease came back at
-    the next sync; the limit never did, and a stuck task ran on past it. Here the beat that
+    the next sync; the limit never did, and a stuck task ran on past it. (The thread beater
+    lost the limit's length the same way: its dead letter said "0s".) Here the beat that
     straddles the start is made to: its first read of Held waits until the task has started."""
     armed, waiting, started = threading.Event(), threading.Event(), threading.Event()
 
@@ -253,16 +255,17 @@ def test_a_task_started_while_a_beat_is_under_way_keeps_its_time_limit(
                 started.wait(10)  # the slot takes its task meanwhile
             return got
 
-    sent_limit = ProcessBeater.started
+    beater = ProcessBeater if mode == "process" else ThreadBeater
+    sent_limit = beater.started
 
-    def started_and_tell(self: ProcessBeater, *args: Any) -> None:
+    def started_and_tell(self: Any, *args: Any) -> None:
         sent_limit(self, *args)
         started.set()
 
     monkeypatch.setattr(runtime, "Held", StraddlingHeld)
-    monkeypatch.setattr(ProcessBeater, "started", started_and_tell)
+    monkeypatch.setattr(beater, "started", started_and_tell)
     worker = Worker([live_queue], WorkerConfig(name="w", dead_after=2, time_limit=1,
-                                               idle_wait=0.05, heartbeat="process"))
+                                               idle_wait=0.05, heartbeat=mode))
     t = _run_in_thread(worker)
     try:
         armed.set()

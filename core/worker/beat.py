@@ -56,10 +56,6 @@ class ThreadBeater(Beater):
     """Renews leases from the heartbeat thread itself (tests with an injected clock, or
     --heartbeat thread): enough while handlers let the interpreter run."""
 
-    def __init__(self, **common: Any) -> None:
-        super().__init__(**common)
-        self._limits: dict[str, float] = {}  # token -> hard time limit (s)
-
     def start(self) -> None:
         pass
 
@@ -70,20 +66,18 @@ class ThreadBeater(Beater):
         pass  # the next beat reads Held itself
 
     def started(self, queue: str, ctx: TaskContext, limit: float) -> None:
-        self._limits[ctx.lease.lease] = limit  # the beat checks ctx.deadline
+        pass  # the beat checks ctx.deadline (and names ctx.time_limit)
 
     def beat(self, snapshot: Snapshot, info: dict[str, Any]) -> None:
         held = snapshot()
         now = time.monotonic()
-        current = {c.lease.lease for ctxs in held.values() for c in ctxs}
-        self._limits = {t: v for t, v in self._limits.items() if t in current}
         for q in self.queues:
             name = q.name
             ctxs = held.get(name, [])
             for ctx in ctxs:
                 if ctx.deadline is not None and now > ctx.deadline and not ctx.timed_out:
                     token = ctx.lease.lease
-                    error = time_limit_error(self._limits.pop(token, 0.0), self.worker)
+                    error = time_limit_error(ctx.time_limit, self.worker)
                     self.on_timeout(name, token, _fail_over_limit(q, token, error, self.worker))
             sent = time.monotonic()
             results = q.heartbeat(self.worker, info, [c.lease.lease for c in ctxs],

@@ -40,10 +40,10 @@ LEASE_MARGIN_S = 0.05
 
 class TaskContext:
     """One running (or prefetched) task. The heartbeat sets `cancelled`, `lost`, `timed_out`
-    and `valid_until`; the slot sets `deadline` when the task starts."""
+    and `valid_until`; the slot sets `deadline` and `time_limit` when the task starts."""
 
-    __slots__ = ("cancelled", "deadline", "finished", "lease", "lost", "queue", "timed_out",
-                 "valid_until", "worker")
+    __slots__ = ("cancelled", "deadline", "finished", "lease", "lost", "queue", "time_limit",
+                 "timed_out", "valid_until", "worker")
 
     def __init__(self, lease: Lease, queue: Queue, worker: str, valid_until: float = 0.0) -> None:
         self.lease = lease
@@ -57,6 +57,7 @@ class TaskContext:
         # leased (or last renewed) it was sent, plus the lease length.
         self.valid_until = valid_until
         self.deadline: float | None = None  # monotonic hard time limit, if any
+        self.time_limit = 0.0  # the limit it came from (s), for the dead letter's message
 
     @property
     def payload(self) -> Any:

@@ -407,7 +407,7 @@ class Worker:
             return
         limit = self.registry.time_limit(lease.handler) or self.config.time_limit
         if limit:
-            ctx.deadline = time.monotonic() + limit
+            ctx.deadline, ctx.time_limit = time.monotonic() + limit, limit
             self.heartbeat.beater.started(q.name, ctx, limit)
         try:
             fn(lease.payload, ctx)
