@@ -180,6 +180,9 @@ def test_cancel_a_running_job_from_its_page_and_its_worker_removes_the_staging(
     page.goto(stack.url("/jobs/default/held-job/?queue=default"))
     page.click("button:has-text('Cancel this job')")
     page.wait_for_url(re.compile(r".*/actions/cancel/$"))
+    assert "This cancels data job held-job as a whole" in page.locator(
+        "#confirm-note").inner_text()
+    shots(page, "datajob-confirm-cancel")
     started = time.monotonic()
     page.click("button:has-text('Cancel 1 request')")
     page.wait_for_url(re.compile(r".*/jobs/default/held-job/\?queue=default$"))

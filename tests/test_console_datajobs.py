@@ -320,6 +320,27 @@ def test_cancelling_either_request_of_a_job_cancels_it_and_removes_its_staging(
     assert entry.actor == "otto" and entry.acted == 1
 
 
+def test_the_cancel_confirmation_says_a_data_jobs_request_cancels_the_whole_job(
+    console: Queue, operator: Client, tmp_path: Path
+) -> None:
+    data = sample_input(tmp_path)
+    spec = make_spec(job_id="dj1", input=str(data), format="parquet",
+                     output=str(tmp_path / "out"), sql="SELECT * FROM chunk")
+    with pytest.warns(Warning):  # no worker announced the datajob handler
+        jobs.submit(console, spec)
+    console.submit([{"n": 1}], request_id="plain", handler="noop")
+    ask = {"queue": "default", "nonce": "n1", "next": "/requests/"}
+    html = operator.post("/actions/cancel/", ask | {"request": ["plain", "dj1.combine"]}
+                         ).content.decode()
+    assert "Cancel 2 requests?" in html
+    note = re.search(r'<p class="note" id="confirm-note">([^<]*)</p>', html)
+    assert note is not None, html
+    assert note.group(1).startswith("This cancels data job dj1 as a whole: its chunks")
+    html = operator.post("/actions/cancel/", ask | {"request": ["plain"]}).content.decode()
+    assert "Cancel 1 request?" in html and "confirm-note" not in html
+    assert console.state("dj1") == "open" and console.state("plain") == "active"  # only asked
+
+
 def test_a_failed_chunk_shows_failed_with_its_reason_and_a_link_to_its_dead_letter(
     console: Queue, viewer: Client, tmp_path: Path
 ) -> None:

@@ -31,6 +31,7 @@ from core.console.queues import queue_from
 from core.ops import actions
 from core.ops.errors import BadInput, Refused, StaleState
 from core.ops.perms import allowed
+from core.pipeline import jobs
 from core.queue import Queue
 
 DONE_KEY = "qa_done"  # session: nonce -> the message of what that form did
@@ -64,12 +65,25 @@ def explain(result: Any) -> str:
     return text
 
 
+SHOWN = 50  # targets a confirmation page lists
+
+
+@dataclass(frozen=True)
+class Confirm:
+    """What the confirmation page asks, its button, the targets, and a note under them."""
+
+    question: str
+    button: str
+    items: list[str]
+    note: str = ""
+
+
 @dataclass(frozen=True)
 class Spec:
     run: Callable[[Any, Queue, HttpRequest], Any]
     perm: str  # the key of core.ops.perms.allowed() that shows its button
     # The question asked before acting: (question, button, targets), or None to act at once.
-    confirm: Callable[[HttpRequest], tuple[str, str, list[str]]] | None = None
+    confirm: Callable[[HttpRequest, Queue], Confirm] | None = None
     back: str = "core:overview"
 
 
@@ -121,18 +135,27 @@ def _resume(actor: Any, q: Queue, request: HttpRequest) -> Any:
     return actions.resume(actor, q.name)
 
 
-def _confirm_delete(request: HttpRequest) -> tuple[str, str, list[str]]:
+def _confirm_delete(request: HttpRequest, queue: Queue) -> Confirm:
     ids = forms.dead_ids(request.POST)
     what = f"{len(ids):,} dead letter{'s' if len(ids) != 1 else ''}"
-    return (f"Delete {what}? They leave the dead letters for good and count in their requests "
-            "as discarded.", f"Delete {what}", ids)
+    return Confirm(f"Delete {what}? They leave the dead letters for good and count in their "
+                   "requests as discarded.", f"Delete {what}", ids)
 
 
-def _confirm_cancel(request: HttpRequest) -> tuple[str, str, list[str]]:
+def _confirm_cancel(request: HttpRequest, queue: Queue) -> Confirm:
     ids = forms.request_ids(request.POST)
     what = f"{len(ids):,} request{'s' if len(ids) != 1 else ''}"
-    return (f"Cancel {what}? No more of their tasks will be delivered, and running ones are "
-            "told to stop. This cannot be undone.", f"Cancel {what}", ids)
+    # The data jobs among the targets shown (one read each): their cancel is the whole job's.
+    data = sorted({job for rid in ids[:SHOWN] if (job := jobs.job_of(queue, rid)) is not None})
+    note = ""
+    if data:
+        which = (f"data job {data[0]}" if len(data) == 1
+                 else f"data jobs {', '.join(data)}")
+        note = (f"This cancels {which} as a whole: its chunks, running or not, and its combine "
+                "step; no output is marked complete, and its staging data is removed once its "
+                "running chunks have stopped.")
+    return Confirm(f"Cancel {what}? No more of their tasks will be delivered, and running ones "
+                   "are told to stop. This cannot be undone.", f"Cancel {what}", ids, note)
 
 
 SPECS: dict[str, Spec] = {
@@ -171,8 +194,7 @@ def act(request: HttpRequest, name: str) -> HttpResponse:
             return HttpResponseRedirect(back)
         # Ask first, unless the service layer is about to refuse (and audit the refusal).
         if spec.confirm is not None and request.POST.get("confirmed") != "1" and may:
-            question, button, items = spec.confirm(request)
-            return _confirmation(request, name, queue, (question, button), items, back)
+            return _confirmation(request, name, queue, spec.confirm(request, queue), back)
         result = spec.run(request.user, queue, request)
     except (BadInput, BadParam) as exc:
         if not may:
@@ -192,15 +214,15 @@ def act(request: HttpRequest, name: str) -> HttpResponse:
 
 
 def _confirmation(
-    request: HttpRequest, name: str, queue: Queue, ask: tuple[str, str], items: list[str],
-    back: str,
+    request: HttpRequest, name: str, queue: Queue, ask: Confirm, back: str
 ) -> HttpResponse:
     """The page that asks before an action that cannot be undone; its button posts the same
     fields again, with confirmed=1."""
     fields = [(k, v) for k in request.POST for v in request.POST.getlist(k)
               if k not in ("csrfmiddlewaretoken", "confirmed")]
     return render(request, "core/confirm.html", {
-        "question": ask[0], "button": ask[1], "items": items[:50], "more": max(0, len(items) - 50),
+        "question": ask.question, "button": ask.button, "note": ask.note,
+        "items": ask.items[:SHOWN], "more": max(0, len(ask.items) - SHOWN),
         "fields": fields, "action_url": reverse("core:act", args=[name]), "back": back,
         "queue": queue.name, "danger": True,
     })
