@@ -19,7 +19,7 @@ from django.utils.html import escape
 
 from core.models import AuditEntry
 from core.pipeline import jobs, transforms
-from core.pipeline.spec import make_spec
+from core.pipeline.spec import JobSpec, make_spec
 from core.queue import Queue, introspect
 from core.queue.errors import UnknownHandlerWarning
 from tests.action_fixtures import admin, operator, viewer  # noqa: F401  (fixtures)
@@ -101,6 +101,15 @@ def sample_input(tmp_path: Path) -> Path:
     data = tmp_path / "in.parquet"
     pd.DataFrame({"carrier": ["AA"], "tailnum": ["N1"]}).to_parquet(data, index=False)
     return data
+
+
+def submitted_job(console: Queue, tmp_path: Path) -> JobSpec:
+    """Data job dj1 on sample_input, queued (no worker runs it)."""
+    spec = make_spec(job_id="dj1", input=str(sample_input(tmp_path)), format="parquet",
+                     output=str(tmp_path / "out"), sql="SELECT * FROM chunk")
+    with pytest.warns(Warning):  # no worker announced the datajob handler
+        jobs.submit(console, spec)
+    return spec
 
 
 def filled(tmp_path: Path, **change: str) -> dict[str, str]:
@@ -294,11 +303,7 @@ def test_the_form_and_the_cli_say_the_same_words(
 def test_cancelling_either_request_of_a_job_cancels_it_and_removes_its_staging(
     console: Queue, operator: Client, tmp_path: Path, which: str
 ) -> None:
-    data = sample_input(tmp_path)
-    spec = make_spec(job_id="dj1", input=str(data), format="parquet",
-                     output=str(tmp_path / "out"), sql="SELECT * FROM chunk")
-    with pytest.warns(Warning):  # no worker announced the datajob handler
-        jobs.submit(console, spec)
+    spec = submitted_job(console, tmp_path)
     part = spec.part_dir(0)
     part.mkdir(parents=True)
     (part / "part-0.parquet").write_bytes(b"p" * 1234)  # a chunk's part, staged
@@ -323,11 +328,7 @@ def test_cancelling_either_request_of_a_job_cancels_it_and_removes_its_staging(
 def test_the_cancel_confirmation_says_a_data_jobs_request_cancels_the_whole_job(
     console: Queue, operator: Client, tmp_path: Path
 ) -> None:
-    data = sample_input(tmp_path)
-    spec = make_spec(job_id="dj1", input=str(data), format="parquet",
-                     output=str(tmp_path / "out"), sql="SELECT * FROM chunk")
-    with pytest.warns(Warning):  # no worker announced the datajob handler
-        jobs.submit(console, spec)
+    submitted_job(console, tmp_path)
     console.submit([{"n": 1}], request_id="plain", handler="noop")
     ask = {"queue": "default", "nonce": "n1", "next": "/requests/"}
     html = operator.post("/actions/cancel/", ask | {"request": ["plain", "dj1.combine"]}
