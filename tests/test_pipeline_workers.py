@@ -91,10 +91,11 @@ def test_cancel_reaches_the_running_spark_job_and_no_output_is_marked_complete(
     assert jobs.status(live_queue, spec.job_id).state == "cancelled"
     assert not Path(spec.output).exists()
     # The worker whose chunk stopped removes the job's staging: nobody runs `datajob clean`.
-    wait_for(lambda: not spec.staging.exists(), "the worker to remove the staging", 20)
-    log = (tmp_path / "w1.log").read_text()
-    assert "task stopped: request cancelled" in log
-    assert f"data job {spec.job_id} cancelled: removed its staging {spec.staging}" in log
+    removed = f"data job {spec.job_id} cancelled: removed its staging {spec.staging}"
+    wait_for(lambda: removed in (tmp_path / "w1.log").read_text(),
+             "the worker to remove the staging", 20)
+    assert not spec.staging.exists()
+    assert "task stopped: request cancelled" in (tmp_path / "w1.log").read_text()
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(30) == 0
     (tmp_path / "hold").unlink()
@@ -124,9 +125,9 @@ def test_datajob_cancel_stops_the_running_chunk_then_removes_the_staging_data(
     said = out.getvalue().splitlines()
     assert len(said) == 2 and said[0] == f"data job {spec.job_id} cancelled"
     # Removed by the command, or a moment before it by the worker whose chunk stopped.
-    if (f"data job {spec.job_id} cancelled: removed its staging {spec.staging}"
-            in (tmp_path / "w1.log").read_text()):
-        assert said[1] == f"data job {spec.job_id}: no staging left"
+    if said[1] == f"data job {spec.job_id}: no staging left":
+        by_worker = f"data job {spec.job_id} cancelled: removed its staging {spec.staging}"
+        wait_for(lambda: by_worker in (tmp_path / "w1.log").read_text(), "the worker's log", 5)
     else:
         assert said[1].startswith(f"data job {spec.job_id}: removed its staging {spec.staging} (")
     assert not spec.staging.exists()
