@@ -103,13 +103,23 @@ def sample_input(tmp_path: Path) -> Path:
     return data
 
 
-def submitted_job(console: Queue, tmp_path: Path) -> JobSpec:
+def submitted_job(console: Queue, tmp_path: Path, *, sql: str = "SELECT * FROM chunk",
+                  chunks: int | None = None,
+                  options: jobs.QueueOptions | None = None) -> JobSpec:
     """Data job dj1 on sample_input, queued (no worker runs it)."""
     spec = make_spec(job_id="dj1", input=str(sample_input(tmp_path)), format="parquet",
-                     output=str(tmp_path / "out"), sql="SELECT * FROM chunk")
+                     output=str(tmp_path / "out"), sql=sql, chunks=chunks)
     with pytest.warns(Warning):  # no worker announced the datajob handler
-        jobs.submit(console, spec)
+        jobs.submit(console, spec, options)
     return spec
+
+
+def split_by_hand(console: Queue, spec: JobSpec, n: int) -> None:
+    """As a worker's split would: lease the split, add n chunk tasks, seal, ack."""
+    [split] = console.dequeue("w-one", count=1)
+    console.add(spec.job_id, [jobs.payload("chunk", spec, chunk=k) for k in range(n)])
+    console.seal(spec.job_id)
+    console.ack(split)
 
 
 def filled(tmp_path: Path, **change: str) -> dict[str, str]:
@@ -345,17 +355,10 @@ def test_the_cancel_confirmation_says_a_data_jobs_request_cancels_the_whole_job(
 def test_a_failed_chunk_shows_failed_with_its_reason_and_a_link_to_its_dead_letter(
     console: Queue, viewer: Client, tmp_path: Path
 ) -> None:
-    data = sample_input(tmp_path)
-    spec = make_spec(job_id="dj1", input=str(data), format="parquet",
-                     output=str(tmp_path / "out"), sql="SELECT * FROM chunk", chunks=3)
-    with pytest.warns(Warning):  # no worker announced the datajob handler
-        jobs.submit(console, spec, jobs.QueueOptions(max_attempts=1))
+    spec = submitted_job(console, tmp_path, chunks=3, options=jobs.QueueOptions(max_attempts=1))
     # As a worker would run it: the split adds three chunks; chunks 0 and 2 are done, chunk 1
     # (still running) then fails on its only attempt: a dead letter.
-    [split] = console.dequeue("w-one", count=1)
-    console.add("dj1", [jobs.payload("chunk", spec, chunk=k) for k in range(3)])
-    console.seal("dj1")
-    console.ack(split)
+    split_by_hand(console, spec, 3)
     leases = {lease.payload["chunk"]: lease for lease in console.dequeue("w-one", count=3)}
     console.redis.hset(jobs.record_key(console, "dj1"), "chunks", 3)
     for k in (0, 2):
@@ -398,15 +401,8 @@ def strip_of(html: str) -> str:
 def test_the_queues_strip_follows_the_poll_so_a_done_job_shows_no_stale_leased_task(
     console: Queue, viewer: Client, tmp_path: Path
 ) -> None:
-    data = sample_input(tmp_path)
-    spec = make_spec(job_id="dj1", input=str(data), format="parquet",
-                     output=str(tmp_path / "out"), sql="SELECT * FROM chunk", chunks=1)
-    with pytest.warns(Warning):  # no worker announced the datajob handler
-        jobs.submit(console, spec)
-    [split] = console.dequeue("w-one", count=1)
-    console.add("dj1", [jobs.payload("chunk", spec, chunk=0)])
-    console.seal("dj1")
-    console.ack(split)
+    spec = submitted_job(console, tmp_path, chunks=1)
+    split_by_hand(console, spec, 1)
     [chunk] = console.dequeue("w-one", count=1)
     key = jobs.record_key(console, "dj1")
     report = {"chunk": 0, "rows_in": 1, "rows_out": 1, "seconds": 0.5, "attempt": 1,
@@ -457,11 +453,8 @@ def test_a_refused_form_shows_the_job_list_its_paging_and_live_toggle_as_the_lis
 
 
 def split_failed_job(q: Queue, tmp_path: Path) -> None:
-    data = sample_input(tmp_path)
-    spec = make_spec(job_id="dj1", input=str(data), format="parquet",
-                     output=str(tmp_path / "out"), sql="SELECT nope FROM chunk")
-    with pytest.warns(Warning):  # no worker announced the datajob handler
-        jobs.submit(q, spec, jobs.QueueOptions(max_attempts=1))
+    submitted_job(q, tmp_path, sql="SELECT nope FROM chunk",
+                  options=jobs.QueueOptions(max_attempts=1))
     [split] = q.dequeue("w-one", count=1)
     q.fail(split, "DataJobError: the split of job dj1: AnalysisException: column nope "
                   "cannot be resolved " + "y" * 300)
@@ -492,10 +485,7 @@ def test_a_job_whose_split_failed_says_why_with_a_link_to_its_dead_letter(
 def test_a_job_cancelled_before_its_split_says_so(
     console: Queue, viewer: Client, tmp_path: Path
 ) -> None:
-    spec = make_spec(job_id="dj1", input=str(sample_input(tmp_path)), format="parquet",
-                     output=str(tmp_path / "out"), sql="SELECT * FROM chunk")
-    with pytest.warns(Warning):  # no worker announced the datajob handler
-        jobs.submit(console, spec)
+    submitted_job(console, tmp_path)
     console.cancel("dj1")
     mirror(console)
     html = viewer.get("/jobs/default/dj1/").content.decode()
@@ -541,15 +531,8 @@ def test_numbers_are_right_aligned_under_right_aligned_headers_with_even_decimal
 def test_a_running_chunk_shows_running_and_a_line_counts_done_running_waiting(
     console: Queue, viewer: Client, tmp_path: Path
 ) -> None:
-    data = sample_input(tmp_path)
-    spec = make_spec(job_id="dj1", input=str(data), format="parquet",
-                     output=str(tmp_path / "out"), sql="SELECT * FROM chunk", chunks=4)
-    with pytest.warns(Warning):  # no worker announced the datajob handler
-        jobs.submit(console, spec)
-    [split] = console.dequeue("w-one", count=1)
-    console.add("dj1", [jobs.payload("chunk", spec, chunk=k) for k in range(4)])
-    console.seal("dj1")
-    console.ack(split)
+    spec = submitted_job(console, tmp_path, chunks=4)
+    split_by_hand(console, spec, 4)
     console.redis.hset(jobs.record_key(console, "dj1"), "chunks", 4)
     leases = console.dequeue("w-one", count=2)
     assert sorted(lease.payload["chunk"] for lease in leases) == [0, 1]
