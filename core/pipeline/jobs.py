@@ -337,10 +337,15 @@ def cancel(q: Queue, job_ids: Iterable[str], *, wait_s: float = CANCEL_WAIT_S,
         for rid in (job_id, combine_id(job_id)):
             with contextlib.suppress(UnknownRequest):  # expired, or never made
                 q.cancel(rid)
-    deadline = time.monotonic() + wait_s
-    while any(sum(_leased(q, j)) for j in ids) and time.monotonic() < deadline:
-        time.sleep(poll)
+    _wait_stopped(q, ids, wait_s, poll)
     return [remove_staging(q, job_id) for job_id in ids]
+
+
+def _wait_stopped(q: Queue, job_ids: list[str], wait_s: float, poll: float) -> None:
+    """Until no task of these jobs is leased or stopping, or `wait_s` has passed."""
+    deadline = time.monotonic() + wait_s
+    while any(sum(_leased(q, j)) for j in job_ids) and time.monotonic() < deadline:
+        time.sleep(poll)
 
 
 STOPPED_WAIT_S = 300.0  # how long a worker watches a cancelled job for its tasks to stop
@@ -362,12 +367,8 @@ def clean_when_stopped(q: Queue, job_id: str, *, within_s: float = STOPPED_WAIT_
 
     def watch() -> None:
         try:
-            deadline = time.monotonic() + within_s
-            while True:
-                got = remove_staging(q, job_id)
-                if not got.leased or time.monotonic() >= deadline:
-                    break
-                time.sleep(poll)
+            _wait_stopped(q, [job_id], within_s, poll)
+            got = remove_staging(q, job_id)
             if got.removed_bytes is not None:
                 log.info("data job %s cancelled: removed its staging %s (%s bytes)", job_id,
                          got.staging, f"{got.removed_bytes:,}")
