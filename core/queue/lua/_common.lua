@@ -128,7 +128,7 @@ local PROMOTE_MAX = 100  -- due retries promoted per priority level by one call
 -- total; fail, reap: max_attempts and the backoff), which are read when first used.
 local FIELDS = {'state', 'tenant', 'handler', 'priority', 'concurrency', 'waiting', 'retry',
                 'leased', 'delayed', 'done', 'dead', 'cancelled', 'lease_ms', 'retention_ms',
-                'discarded', 'then'}
+                'discarded', 'then', 'rel'}
 local RARE = {'total', 'max_attempts', 'backoff_ms', 'backoff_max_ms'}
 
 local is_eligible
@@ -159,7 +159,7 @@ local function load_req(rid)
        leased = tonumber(v[8]) or 0, delayed = tonumber(v[9]) or 0, done = tonumber(v[10]) or 0,
        dead = tonumber(v[11]) or 0, cancelled = tonumber(v[12]) or 0,
        lease_ms = tonumber(v[13]), retention_ms = tonumber(v[14]), retention_text = v[14],
-       discarded = tonumber(v[15]) or 0, ['then'] = v[16],
+       discarded = tonumber(v[15]) or 0, ['then'] = v[16], rel = v[17],
        _elig = false, _state0 = v[1], _dirty = false, _moved = false}
   setmetatable(h, REQ_META)
   h._elig = is_eligible(h)
@@ -180,6 +180,14 @@ end
 local function set_field(h, f, v)
   h[f] = v
   mark(h, f)
+end
+
+-- Deliveries of task tid that did not count as attempts (release, claim; requeue sets them),
+-- in req:<rid>:rel. The request's field "rel" says that key exists, so that the many requests
+-- that complete without one do not ask Redis to delete it (a missing key costs as much).
+local function write_rel(h, cmd, tid, v)
+  redis.call(cmd, rel_key(h.id), tid, v)
+  if not h.rel then set_field(h, 'rel', '1') end
 end
 
 -- Add d to a counter of the request (written back by finish()).
@@ -542,7 +550,12 @@ local function maybe_complete(h, now)
     ttl = math.max(ttl, KEEP_WITH_DEAD_MS)
   end
   if h.dead == 0 then
-    redis.call('DEL', stream_key(h.id), rel_key(h.id), deadmap_key(h.id))
+    -- No dead-letter map: its entries leave with the letters (requeue, delete_dead).
+    if h.rel then
+      redis.call('DEL', stream_key(h.id), rel_key(h.id))
+    else
+      redis.call('DEL', stream_key(h.id))
+    end
   else
     redis.call('PEXPIRE', stream_key(h.id), ttl)
     redis.call('PEXPIRE', rel_key(h.id), ttl)

@@ -36,7 +36,7 @@ local expect = ARGV[5] or ''
 if expect ~= '' and holder ~= expect then return -7 end
 local old = rid .. '/' .. tid .. '/' .. deliveries
 if redis.call('ZREM', K_LEASES, old) == 0 then return -5 end
-redis.call('HINCRBY', rel_key(rid), tid, 1)
+write_rel(h, 'HINCRBY', tid, 1)
 if consumer == '' then
   add(h, 'leased', -1)
   if h.state == 'cancelling' then

@@ -80,7 +80,7 @@ for _, c in ipairs(candidates) do
   local token = h and (rid .. '/' .. tid .. '/' .. deliveries)
   if h and redis.call('ZREM', K_LEASES, token) == 1 then
     removed[token] = true
-    redis.call('HINCRBY', rel_key(rid), tid, 1)
+    write_rel(h, 'HINCRBY', tid, 1)
     add(h, 'leased', -1)
     if h.state == 'cancelling' then
       retire(rid, tid)

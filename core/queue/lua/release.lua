@@ -27,7 +27,7 @@ for i = 2, #ARGV do
       add(h, 'cancelled', 1)
       out[#out + 1] = 2
     else
-      redis.call('HINCRBY', rel_key(rid), tid, 1)
+      write_rel(h, 'HINCRBY', tid, 1)
       to_waiting(h, tid)
       out[#out + 1] = 1
     end

@@ -25,7 +25,7 @@ local function revive(h, tid, dead_id)
   if holder ~= '~dead' then return false end
   redis.call('XDEL', K_DEAD, dead_id)
   redis.call('HDEL', deadmap_key(h.id), tid)
-  redis.call('HSET', rel_key(h.id), tid, deliveries)
+  write_rel(h, 'HSET', tid, deliveries)
   add(h, 'dead', -1)
   stat('failed', -1)
   to_waiting(h, tid)
