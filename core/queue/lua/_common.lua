@@ -124,17 +124,49 @@ local function delayed_key(prio) return K_DELAYED .. ':' .. prio end
 local KEEP_WITH_DEAD_MS = 7 * 86400000  -- a finished request with dead letters, at least
 local PROMOTE_MAX = 100  -- due retries promoted per priority level by one call
 
--- The request fields every operation reads (load_req()), and those only a few read (add, seal:
--- total; fail, reap: max_attempts and the backoff), which are read when first used.
+-- The request fields every operation reads (load_req()): those leasing needs (LEASE), then
+-- those a completion or a counter change needs (LATE). Leasing, the hot path's half that
+-- completes nothing, reads LEASE alone (load_req(rid, true)): a field missing from the hash
+-- (most counters of a new request) costs Redis a scan of the whole hash, and LATE fields
+-- are read, all at once, only if used. The rare ones (add, seal: total; fail, reap:
+-- max_attempts and the backoff) are read when first used.
+local LEASE = {'state', 'tenant', 'handler', 'priority', 'concurrency', 'waiting', 'retry',
+               'leased', 'lease_ms'}
+local LATE = {'delayed', 'done', 'dead', 'cancelled', 'retention_ms', 'discarded', 'then', 'rel'}
 local FIELDS = {'state', 'tenant', 'handler', 'priority', 'concurrency', 'waiting', 'retry',
-                'leased', 'delayed', 'done', 'dead', 'cancelled', 'lease_ms', 'retention_ms',
-                'discarded', 'then', 'rel'}
+                'leased', 'lease_ms', 'delayed', 'done', 'dead', 'cancelled', 'retention_ms',
+                'discarded', 'then', 'rel'}  -- LEASE, then LATE
+local IS_LATE = {delayed = true, done = true, dead = true, cancelled = true, retention_ms = true,
+                 retention_text = true, discarded = true, ['then'] = true, rel = true}
 local RARE = {'total', 'max_attempts', 'backoff_ms', 'backoff_max_ms'}
 
 local is_eligible
 
--- A request table's missing field: the rare ones are read from its hash, all four at once.
+-- The LATE fields of a table loaded for leasing, from their values in the hash (v), except
+-- those the call has set since.
+local function set_late(h, v)
+  rawset(h, '_late', true)
+  local nums = {'delayed', 'done', 'dead', 'cancelled', false, 'discarded'}
+  for i = 1, 6 do
+    local f = nums[i]
+    if f and rawget(h, f) == nil then rawset(h, f, tonumber(v[i]) or 0) end
+  end
+  if rawget(h, 'retention_ms') == nil then
+    rawset(h, 'retention_ms', tonumber(v[5]))
+    rawset(h, 'retention_text', v[5])
+  end
+  if rawget(h, 'then') == nil then rawset(h, 'then', v[7]) end
+  if rawget(h, 'rel') == nil then rawset(h, 'rel', v[8]) end
+end
+
+-- A request table's missing field: the LATE ones of a table loaded for leasing, or the rare
+-- ones, read from its hash, each group at once.
 local REQ_META = {__index = function(h, f)
+  if IS_LATE[f] then
+    if rawget(h, '_late') then return nil end  -- loaded: absent from the hash ('then', 'rel')
+    set_late(h, redis.call('HMGET', req_key(h.id), unpack(LATE)))
+    return rawget(h, f)
+  end
   if f == 'total' or f == 'max_attempts' or f == 'backoff_ms' or f == 'backoff_max_ms' then
     local v = redis.call('HMGET', req_key(h.id), unpack(RARE))
     for i = 1, #RARE do
@@ -148,19 +180,28 @@ end}
 -- that is not in the hash is 0 (submit writes none that is). Loaded once per call: every
 -- change goes through this table (add(), set_field()) and finish() writes it back.
 -- h._elig: whether the request is in its tenant's ready zset (see sync_ready()).
-local function load_req(rid)
+-- for_lease: read the LEASE fields only (the others follow if used).
+local function load_req(rid, for_lease)
   local h = REQS[rid]
   if h then return h end
-  local v = redis.call('HMGET', req_key(rid), unpack(FIELDS))
+  local v = redis.call('HMGET', req_key(rid), unpack(for_lease and LEASE or FIELDS))
   if not v[1] then return nil end
   -- One constructor, so the table is made at its size instead of grown key by key.
-  h = {id = rid, state = v[1], tenant = v[2], handler = v[3], priority = tonumber(v[4]),
-       concurrency = tonumber(v[5]), waiting = tonumber(v[6]) or 0, retry = tonumber(v[7]) or 0,
-       leased = tonumber(v[8]) or 0, delayed = tonumber(v[9]) or 0, done = tonumber(v[10]) or 0,
-       dead = tonumber(v[11]) or 0, cancelled = tonumber(v[12]) or 0,
-       lease_ms = tonumber(v[13]), retention_ms = tonumber(v[14]), retention_text = v[14],
-       discarded = tonumber(v[15]) or 0, ['then'] = v[16], rel = v[17],
-       _elig = false, _state0 = v[1], _dirty = false, _moved = false}
+  if for_lease then
+    h = {id = rid, state = v[1], tenant = v[2], handler = v[3], priority = tonumber(v[4]),
+         concurrency = tonumber(v[5]), waiting = tonumber(v[6]) or 0,
+         retry = tonumber(v[7]) or 0, leased = tonumber(v[8]) or 0, lease_ms = tonumber(v[9]),
+         _late = false, _elig = false, _state0 = v[1], _dirty = false, _moved = false}
+  else
+    h = {id = rid, state = v[1], tenant = v[2], handler = v[3], priority = tonumber(v[4]),
+         concurrency = tonumber(v[5]), waiting = tonumber(v[6]) or 0,
+         retry = tonumber(v[7]) or 0, leased = tonumber(v[8]) or 0, lease_ms = tonumber(v[9]),
+         delayed = tonumber(v[10]) or 0, done = tonumber(v[11]) or 0,
+         dead = tonumber(v[12]) or 0, cancelled = tonumber(v[13]) or 0,
+         retention_ms = tonumber(v[14]), retention_text = v[14],
+         discarded = tonumber(v[15]) or 0, ['then'] = v[16], rel = v[17],
+         _late = true, _elig = false, _state0 = v[1], _dirty = false, _moved = false}
+  end
   setmetatable(h, REQ_META)
   h._elig = is_eligible(h)
   REQS[rid] = h
@@ -455,7 +496,7 @@ local function take_ready(consumer, want, lease_override, out)
     for i = 1, #heads do
       if got >= want or (i > 1 and not alone) then break end
       visited = i
-      local h = load_req(heads[i])
+      local h = load_req(heads[i], true)
       if h then
         local n = math.min(want - got, h.concurrency - h.leased, h.waiting)
         if n > 0 and (h.state == 'open' or h.state == 'active') then
