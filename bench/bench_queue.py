@@ -1,7 +1,8 @@
 """Queue benchmarks: single submits (ours beside huey and rq, same run, same redis-server),
 requests of one task each processed by one worker process, batched enqueue, no-op throughput
-with 1 and 2 worker processes, and submit -> handler-start latency at a light steady rate.
-Prints a table and JSON.
+with 1 and 2 worker processes, the same with 1,000 and with 1,000,000 tasks waiting behind
+(backlog), and submit -> handler-start latency at a light steady rate. Prints a table and
+JSON.
 
     .venv/bin/python bench/bench_queue.py [--tasks 200000] [--fsync always everysec]
                                           [--only single,one_task,...] [--json-only]
@@ -48,12 +49,13 @@ TARGETS = {
     "one_task_requests_per_s_1_worker": 20_000,
     "enqueue_tasks_per_s": 250_000,
     "noop_tasks_per_s_1_worker": 25_000,
+    "backlog_flatness": 0.8,
     "latency_p50_ms": "≤ huey",
     "latency_p99_ms": 1.0,
     "round_trips_per_task": 2.0,
 }
 LOWER_IS_BETTER = ("latency", "round_trips", "_us")
-MEASURES = ("single", "one_task", "enqueue", "noop", "latency")
+MEASURES = ("single", "one_task", "enqueue", "noop", "backlog", "latency")
 
 
 def start_workers(
@@ -203,11 +205,12 @@ class Run:
 
 
 def run_workers(
-    server: RedisServer, client: redis.Redis, q: Queue, tasks: int, workers: int
+    server: RedisServer, client: redis.Redis, q: Queue, tasks: int, workers: int,
+    *extra: str,
 ) -> Run:
     """Run `workers` burst workers until `tasks` are done; measured from the first ack to the
-    last."""
-    procs = start_workers(server, q.keys.prefix, q.name, workers, "--burst")
+    last. With `extra` "--max-tasks N" they stop there, leaving the rest waiting."""
+    procs = start_workers(server, q.keys.prefix, q.name, workers, "--burst", *extra)
     try:
         done = lambda: int(client.hget(q.keys.stats, "done") or 0)  # noqa: E731
         fcall_us = lambda: command_stats(client).get("fcall", (0, 0))[1]  # noqa: E731
@@ -225,7 +228,8 @@ def run_workers(
     finally:
         for p in procs:
             p.kill() if p.poll() is None else None
-    assert introspect.drained(q)
+    if not extra:
+        assert introspect.drained(q)
     return run
 
 
@@ -243,6 +247,29 @@ def bench_throughput(
         ),
         f"round_trips_per_task_{workers}": round(run.calls / run.tasks, 4),
     }
+
+
+def bench_backlog(
+    server: RedisServer, client: redis.Redis, prefix: str, measured: int = 50_000,
+    left: tuple[int, ...] = (1_000, 1_000_000),
+) -> dict[str, Any]:
+    """No-op tasks in requests of 100, one worker process: the rate over `measured` tasks when
+    1,000 tasks are left waiting behind them, and when 1,000,000 are (10,000 requests in
+    rotation, and the streams, hashes and indexes that many make). The engine's cost per
+    task must not grow with the backlog."""
+    out: dict[str, Any] = {}
+    rates = []
+    for n in left:
+        q = Queue(client, f"backlog{n}", prefix=prefix)
+        payloads = [None] * 100
+        for _ in range((measured + n) // 100):
+            q.submit(payloads, handler="noop")
+        run = run_workers(server, client, q, measured, 1, "--max-tasks", str(measured))
+        rates.append(run.tasks / run.elapsed)
+        name = f"{n // 1_000_000}M" if n >= 1_000_000 else f"{n // 1_000}k"
+        out[f"backlog_noop_tasks_per_s_{name}_left"] = round(rates[-1])
+    out["backlog_flatness"] = round(rates[-1] / rates[0], 2)
+    return out
 
 
 def bench_one_task_requests(
@@ -434,6 +461,15 @@ def run_all(fsync: str, args: argparse.Namespace, only: set[str]) -> dict[str, A
             results["redis"] = client.info("server")["redis_version"]
         finally:
             server.stop()
+        if "backlog" in only:
+            # Its own server too: a million tasks make hundreds of MB of append-only file.
+            with tempfile.TemporaryDirectory(prefix="qa-bench-") as tmp2:
+                server = start_redis(Path(tmp2), appendonly=True, fsync=fsync)
+                try:
+                    client = redis.Redis.from_url(server.url, decode_responses=True)
+                    results |= bench_backlog(server, client, "b6")
+                finally:
+                    server.stop()
         if "latency" in only:
             # A server of its own: on the first one, after the throughput runs had written
             # hundreds of MB to its append-only file, fsync always gave 28-34 ms p50 with
