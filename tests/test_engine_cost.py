@@ -87,3 +87,15 @@ def test_a_new_request_stores_no_zero_counter_and_reads_them_as_zero(queue: Queu
     queue.ack(lease)
     info = introspect.request(queue, "r")
     assert info is not None and (info.waiting, info.leased, info.done) == (1, 0, 1)
+
+
+def test_a_waiting_one_task_request_takes_little_redis_memory(own_server: RedisServer) -> None:
+    """Its stream's first node is allocated at stream-node-max-bytes (Redis 6.2+): 4 KB by
+    default, 1 KB on the servers this project starts (core/redis_server.py)."""
+    client = redis.Redis.from_url(own_server.url, decode_responses=True)
+    q = Queue(client, "mem")
+    sub = q.submit([{"n": 1}], handler="noop")
+    used = client.memory_usage(q.keys.request(sub.request_id)) + client.memory_usage(
+        q.keys.tasks(sub.request_id)
+    )
+    assert used < 2_500, f"a waiting one-task request takes {used} bytes"
