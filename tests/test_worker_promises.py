@@ -20,7 +20,9 @@ from core.queue import Queue, introspect
 from core.redis_server import start_redis
 from core.worker import Worker, WorkerConfig, runtime
 from core.worker.beat import ProcessBeater, ThreadBeater
+from core.worker.context import TaskContext
 from core.worker.held import Held
+from core.worker.outage import Outage
 from tests.test_worker_process import counters, events, task_log
 
 
@@ -293,3 +295,22 @@ def test_the_reaper_prunes_workers_gone_for_over_an_hour(live_queue: Queue) -> N
                    reap_interval=1.0, info=dict, outage=Outage(), process=False)
     hb.reap()
     assert live_queue.redis.zrange(live_queue.keys.workers, 0, -1) == ["recent"]
+
+
+def test_a_hold_after_the_heartbeat_process_stopped_writes_nowhere(
+    live_queue: Queue, tmp_path: Path
+) -> None:
+    """hold() writes to the pipe's descriptor itself; a slot still running at a hard stop may
+    hold after the beater stopped, when that descriptor's number can belong to a new file."""
+    beater = ProcessBeater(interval=0.2, outage=Outage(), worker="w", queues=[live_queue],
+                           lease_ms=2000, ttl_ms=10_000, apply=lambda *a: None,
+                           on_timeout=lambda *a: None)
+    beater.start()
+    live_queue.submit([1], request_id="r", handler="noop")
+    [lease] = live_queue.dequeue("w", 1)
+    ctx = TaskContext(lease, live_queue, "w", time.monotonic() + 2)
+    beater.hold(live_queue.name, [ctx])  # through the pipe while it runs
+    beater.stop()
+    with open(tmp_path / "after", "wb"):  # likely the pipe's old descriptor number
+        beater.hold(live_queue.name, [ctx])
+    assert (tmp_path / "after").read_bytes() == b""

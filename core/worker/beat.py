@@ -145,6 +145,8 @@ class ProcessBeater(Beater):
         if self._proc.is_alive():
             self._proc.kill()
             self._proc.join(5)
+        with self._lock:
+            self._fd = -1  # hold() writes to it directly: never after the close
         self._conn.close()
         self._proc = None
 
@@ -172,11 +174,10 @@ class ProcessBeater(Beater):
         Connection.send() frames a message (a 4-byte length, then the pickle), which costs a
         third of going through send()."""
         data = pickle.dumps(("hold", queue, [c.lease.lease for c in ctxs]), HIGHEST_PROTOCOL)
-        if len(data) > 0x7FFFFFFF:  # Connection's other frame; never a real batch of leases
-            self._send(pickle.loads(data))
-            return
-        frame = memoryview(struct.pack("!i", len(data)) + data)
+        frame = memoryview(struct.pack("!i", len(data)) + data)  # at most 1,000 leases
         with self._lock:
+            if self._fd < 0:  # stopped: the descriptor is closed, its number maybe reused
+                return
             try:
                 while frame:
                     frame = frame[os.write(self._fd, frame):]
