@@ -27,9 +27,10 @@ def test_a_request_with_dead_letters_is_kept_a_week_whatever_its_retention(
 
 
 def _keys_of(client: redis.Redis, queue: Queue, rid: str) -> set[str]:
-    """Every key of request `rid` (KEYS is fine here: a test's own small Redis keyspace)."""
+    """Which of request `rid`'s keys exist: its hash, stream, rel and dead-letter hashes."""
     base = queue.keys.request(rid)
-    return {k for k in client.keys(f"{base}*") if k == base or k.startswith(f"{base}:")}
+    keys = [base, queue.keys.tasks(rid), f"{base}:rel", queue.keys.dead_map(rid)]
+    return {k for k in keys if client.exists(k)}
 
 
 def test_a_request_done_without_dead_letters_keeps_only_its_hash(

@@ -133,11 +133,12 @@ local PROMOTE_MAX = 100  -- due retries promoted per priority level by one call
 local LEASE = {'state', 'tenant', 'handler', 'priority', 'concurrency', 'waiting', 'retry',
                'leased', 'lease_ms'}
 local LATE = {'delayed', 'done', 'dead', 'cancelled', 'retention_ms', 'discarded', 'then', 'rel'}
-local FIELDS = {'state', 'tenant', 'handler', 'priority', 'concurrency', 'waiting', 'retry',
-                'leased', 'lease_ms', 'delayed', 'done', 'dead', 'cancelled', 'retention_ms',
-                'discarded', 'then', 'rel'}  -- LEASE, then LATE
-local IS_LATE = {delayed = true, done = true, dead = true, cancelled = true, retention_ms = true,
-                 retention_text = true, discarded = true, ['then'] = true, rel = true}
+local FIELDS, IS_LATE = {}, {retention_text = true}  -- LEASE, then LATE; which are LATE
+for i = 1, #LEASE do FIELDS[i] = LEASE[i] end
+for i = 1, #LATE do
+  FIELDS[#LEASE + i] = LATE[i]
+  IS_LATE[LATE[i]] = true
+end
 local RARE = {'total', 'max_attempts', 'backoff_ms', 'backoff_max_ms'}
 
 local is_eligible
@@ -146,17 +147,19 @@ local is_eligible
 -- those the call has set since.
 local function set_late(h, v)
   rawset(h, '_late', true)
-  local nums = {'delayed', 'done', 'dead', 'cancelled', false, 'discarded'}
-  for i = 1, 6 do
-    local f = nums[i]
-    if f and rawget(h, f) == nil then rawset(h, f, tonumber(v[i]) or 0) end
+  for i = 1, #LATE do
+    local f = LATE[i]
+    if rawget(h, f) == nil then
+      if f == 'then' or f == 'rel' then
+        rawset(h, f, v[i])  -- text, absent from most hashes
+      elseif f == 'retention_ms' then
+        rawset(h, f, tonumber(v[i]))
+        rawset(h, 'retention_text', v[i])
+      else
+        rawset(h, f, tonumber(v[i]) or 0)
+      end
+    end
   end
-  if rawget(h, 'retention_ms') == nil then
-    rawset(h, 'retention_ms', tonumber(v[5]))
-    rawset(h, 'retention_text', v[5])
-  end
-  if rawget(h, 'then') == nil then rawset(h, 'then', v[7]) end
-  if rawget(h, 'rel') == nil then rawset(h, 'rel', v[8]) end
 end
 
 -- A request table's missing field: the LATE ones of a table loaded for leasing, or the rare
