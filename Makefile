@@ -36,13 +36,14 @@ $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $@
 
-# redis-server (and redis-cli) for the queue and the tests; a JRE for PySpark; Chromium for the
-# browser tests (Playwright drives Debian's build: never `playwright install`).
+# redis-server (and redis-cli) for the queue and the tests; a JDK for PySpark and for compiling
+# the project's small Spark reader (core/pipeline/jvm); Chromium for the browser tests
+# (Playwright drives Debian's build: never `playwright install`).
 system-deps:
 	@missing=""; \
 	command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1 \
 	  || missing="$$missing redis-server redis-tools"; \
-	command -v java >/dev/null 2>&1 || missing="$$missing openjdk-17-jre-headless"; \
+	command -v javac >/dev/null 2>&1 || missing="$$missing openjdk-17-jdk-headless"; \
 	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \

@@ -2,15 +2,18 @@
 supervisor.
 
 Takes the lock of the data directory (one stack per QA_VAR_DIR), starts the project's own
-redis-server (unless REDIS_URL is set in the environment), prepares the database, static files
-and the admin user, then runs the services (gunicorn, workers, the mirror) as child processes,
-each in its own session. Ctrl-C, SIGINT, SIGTERM or SIGHUP (to this process, or SIGINT to the
-`make` that started it) stops every child it started, by PID, services first and Redis last,
-and exits 0; a child that dies on its own stops the rest and fails.
+redis-server (unless REDIS_URL is set in the environment) and Spark Connect server (unless
+SPARK_REMOTE or SPARK_MASTER is set: core/pipeline/server.py), prepares the database, static
+files and the admin user while Spark starts, then runs the services (gunicorn, workers, the
+mirror) as child processes, each in its own session, and warms Spark with a first job.
+Ctrl-C, SIGINT, SIGTERM or SIGHUP (to this process, or SIGINT to the `make` that started it)
+stops every child it started, by PID, services first, then Spark, Redis last, and exits 0; a
+child that dies on its own stops the rest and fails (a worker or Spark is started again).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import secrets
 import signal
@@ -19,6 +22,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -40,6 +44,10 @@ POLL_S = 0.5
 LISTEN_TIMEOUT_S = 30.0
 ADMIN_USERNAME = "admin"
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# Task slots per worker. A data chunk's work is the Spark server's, not the worker's: with two
+# slots each, two workers keep four chunks in Spark, whose fixed costs (planning, scheduling,
+# committing) then overlap with the others' work on the cores.
+WORKER_SLOTS = 2
 # What QA_REDIS_FSYNC may say, and what each promises (also in the README).
 FSYNC_CHOICES = {
     "always": "an acknowledged write survives a crash of redis-server or of the machine",
@@ -58,6 +66,8 @@ class ChildSpec:
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
     restart: bool = False
+    oneshot: bool = False  # runs once and exits (0: done; else a warning): the Spark warm-up
+    before: Callable[[], None] | None = None  # run before each start (the server's scratch)
 
 
 @dataclass
@@ -73,15 +83,19 @@ class Child:
 
 
 class Stack:
-    def __init__(self, *, host: str, port: int, out: TextIO, workers: int = 2) -> None:
+    def __init__(self, *, host: str, port: int, out: TextIO, workers: int = 2,
+                 slots: int = WORKER_SLOTS) -> None:
         self.host = host
         self.port = port
         self.workers = workers
+        self.slots = slots
         self.out = out
         self.var_dir = Path(settings.VAR_DIR)
         self.embedded_redis = bool(settings.EMBEDDED_REDIS)
         self.redis_url: str = settings.REDIS_URL
         self.fsync: str = settings.EMBEDDED_REDIS_FSYNC
+        self.embedded_spark = bool(settings.EMBEDDED_SPARK)
+        self.spark_url: str | None = None  # the embedded Connect server's, once started
         self.children: list[Child] = []
         self.stop_requested = threading.Event()
         self.stop_signal: str | None = None
@@ -103,6 +117,8 @@ class Stack:
             self._check_port_free(self.host, self.port, "PORT / HOST")
             if self.embedded_redis:
                 self._start_embedded_redis()
+            if self.embedded_spark and not self.stop_requested.is_set():
+                self._start_embedded_spark()  # its JVM starts while the database is prepared
             if not self.stop_requested.is_set():
                 self._prepare()
             for spec in self.services():
@@ -135,17 +151,24 @@ class Stack:
         ]
         # Workers get a grace period shorter than STOP_TIMEOUT_S, so on Ctrl-C they finish or
         # release their tasks before the supervisor would have to kill them.
+        # With the embedded Spark, SPARK_REMOTE tells them where it is, and that they wait for
+        # it before their first task.
+        worker_env = {"SPARK_REMOTE": self.spark_url} if self.spark_url else {}
         specs += [
             ChildSpec(
                 f"worker-{i}",
                 [
                     sys.executable, "manage.py", "runworker", "--queue", "default",
-                    "--grace", str(max(1.0, STOP_TIMEOUT_S - 3)),
+                    "--grace", str(max(1.0, STOP_TIMEOUT_S - 3)), "--slots", str(self.slots),
                 ],
+                env=worker_env,
                 restart=True,
             )
             for i in range(1, self.workers + 1)
         ]
+        if self.spark_url:  # a first job, so that the user's first job finds Spark warm
+            specs.append(ChildSpec("spark-warmup", [sys.executable, "manage.py", "warmspark",
+                                                    "--url", self.spark_url], oneshot=True))
         # The database's history of every queue in the registry (requests, dead letters,
         # counter samples for the console's charts).
         specs.append(ChildSpec("mirror", [sys.executable, "manage.py", "runmirror"]))
@@ -194,6 +217,27 @@ class Stack:
             f"appendfsync {self.fsync} ({FSYNC_CHOICES[self.fsync]})\n"
         )
 
+    def _start_embedded_spark(self) -> None:
+        from core.pipeline import jvm, server
+
+        config = server.settings_config(self.var_dir)
+        self._check_port_free(
+            "127.0.0.1", config.port, "the embedded Spark Connect server's port (QA_SPARK_PORT)",
+            hint="another `make run` may be running",
+        )
+        try:
+            jar: Path | None = jvm.ensure_jar(self.var_dir / "spark" / "jars")
+        except jvm.JarBuildError as exc:
+            jar = None
+            self.out.write(f"warning: {exc}; data jobs read a slice inside a file by reading "
+                           "the whole file instead\n")
+        config = dataclasses.replace(config, jar=jar)
+        self._spawn(ChildSpec("spark", server.argv(config), env=server.env(), restart=True,
+                              before=lambda: server.prepare(config)))
+        self.spark_url = config.url
+        self.out.write(f"spark connect server on {config.url} (local[{config.cores}], "
+                       f"driver memory {config.memory}, scratch in {config.local_dir})\n")
+
     def _prepare(self) -> None:
         from django.db import connections
 
@@ -209,7 +253,11 @@ class Stack:
 
         sample = self.var_dir / "sample"
         if not nycflights13.is_complete(sample):
-            nycflights13.write_tables(sample)
+            # In a process of its own: pandas would stay in this one's memory (0.2 GB) for
+            # as long as the stack runs.
+            subprocess.run([sys.executable, "manage.py", "sampledata", "nycflights13", "--out",
+                            str(sample)], cwd=settings.BASE_DIR, check=True,
+                           stdout=subprocess.DEVNULL)
             self.out.write(f"sample data (nycflights13) written to {sample}\n")
 
     def _ensure_admin(self) -> None:
@@ -241,6 +289,8 @@ class Stack:
             self.out.write(f"log in as {ADMIN_USERNAME}; its password is in {stored}\n")
 
     def _spawn(self, spec: ChildSpec, replacing: Child | None = None) -> None:
+        if spec.before is not None:
+            spec.before()
         env = {**os.environ, "REDIS_URL": self.redis_url, **spec.env}
         env.setdefault("DJANGO_SETTINGS_MODULE", "queueadmin.settings")
         # Each child in its own session: a terminal's Ctrl-C reaches only this supervisor, which
@@ -306,6 +356,12 @@ class Stack:
             if code is None:
                 continue
             spec = child.spec
+            if spec is not None and spec.oneshot:
+                self.children.remove(child)
+                if code != 0:
+                    self.out.write(f"warning: {child.name} (pid {child.process.pid}) exited "
+                                   f"with code {code} (its output above says why)\n")
+                continue
             if spec is None or not spec.restart:
                 raise CommandError(
                     f"{child.name} (pid {child.process.pid}) exited with code {code}; "
@@ -335,12 +391,14 @@ class Stack:
 
     def stop_all(self) -> None:
         """Stop every child this supervisor started: SIGTERM to all services at once (workers
-        finish or release their tasks in parallel), SIGKILL after STOP_TIMEOUT_S; Redis last,
-        once nothing needs it any more."""
+        finish or release their tasks in parallel), SIGKILL after STOP_TIMEOUT_S; then Spark,
+        then Redis, once nothing needs them any more."""
+        last = ("spark", "redis-server")  # the workers finish their chunks on Spark first
+        spark_children = [c for c in self.children if c.name == "spark"]
         redis_children = [c for c in self.children if c.name == "redis-server"]
-        services = [c for c in reversed(self.children) if c.name != "redis-server"]
+        services = [c for c in reversed(self.children) if c.name not in last]
         self.children.clear()
-        for group in (services, redis_children):
+        for group in (services, spark_children, redis_children):
             for child in group:
                 if child.process.poll() is None:
                     child.process.send_signal(signal.SIGTERM)
@@ -419,7 +477,8 @@ class MakeParent:
 
 
 def run_stack(
-    *, host: str | None = None, port: int | None = None, out: Any = None, workers: int = 2
+    *, host: str | None = None, port: int | None = None, out: Any = None, workers: int = 2,
+    slots: int = WORKER_SLOTS,
 ) -> None:
     """Run the stack in the foreground until Ctrl-C / SIGTERM (then return) or until a
     child dies (then raise CommandError)."""
@@ -428,4 +487,5 @@ def run_stack(
         port=port or int(settings.WEB_PORT),
         out=out or sys.stdout,
         workers=workers,
+        slots=slots,
     ).run()

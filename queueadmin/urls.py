@@ -1,6 +1,8 @@
 from django.contrib import admin
 from django.urls import include, path
 
+admin.autodiscover()  # here, not at start-up: see INSTALLED_APPS
+
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("", include("core.urls")),

@@ -30,6 +30,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+@pytest.fixture(scope="session", autouse=True)
+def data_roots(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Data jobs of the run may read and write under its temporary folder (tmp_path), and
+    nowhere else: the data roots' check stays on in every test, in-process and in spawned
+    workers (the environment), as in production."""
+    from django.conf import settings
+
+    base = tmp_path_factory.getbasetemp()
+    saved = settings.DATA_ROOTS, settings.OUTPUT_ROOTS
+    settings.DATA_ROOTS = settings.OUTPUT_ROOTS = [str(base)]
+    os.environ["QA_DATA_ROOTS"] = os.environ["QA_OUTPUT_ROOTS"] = str(base)
+    yield base
+    settings.DATA_ROOTS, settings.OUTPUT_ROOTS = saved
+
+
 class FakeClock:
     """Milliseconds that only move when a test says so (lease expiry, backoff)."""
 
@@ -211,3 +226,9 @@ def cluster_layout(redis_cluster: RedisCluster) -> ClusterLayout:
         home, owners[other]
     }
     return ClusterLayout(bystander, ("default", other), owners)
+
+
+# -- Spark ---------------------------------------------------------------------------------
+# The run's Spark Connect server and a session on it, for every test that asks (one server
+# per test process, started at the first such test).
+from tests.pipeline_support import connect_url, spark_session  # noqa: E402, F401

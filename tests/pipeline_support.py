@@ -1,11 +1,13 @@
-"""Fixtures of the data pipeline tests: one SparkSession for the whole run (local[2], UI off,
-one shuffle partition), made the process's session so that the tasks use it, small generated
-data, and a way to run a job to its end with an in-process worker."""
+"""Fixtures of the data pipeline tests: one Spark Connect server for the whole run of a test
+process (started as the stack starts its own), small generated data, and a way to run a job to
+its end with an in-process worker."""
 
 from __future__ import annotations
 
-import atexit
+import contextlib
 import os
+import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,39 +17,79 @@ import pandas as pd
 import pytest
 import redis
 
-from core.pipeline import jobs, spark
-from core.pipeline.spec import JobSpec, make_spec
+from core.pipeline import jobs, jvm, server, spark
+from core.pipeline.check import make_spec
+from core.pipeline.spec import JobSpec
 from core.queue import Queue
+from core.redis_server import free_port
 from core.worker import WorkerConfig
 from core.worker.runtime import Worker
 
 CARRIERS = ["AA", "B6", "DL", "UA", "WN"]
 
 
-_SHARED: list[Any] = []  # the one session of the run
+# The suite's Spark JVMs compile with C1 alone: on its small data they start sooner and run
+# each job faster (core.pipeline.spark.QUICK_JIT).
+TEST_JAVA_OPTIONS = spark.QUICK_JIT
 
 
-def _stop_shared() -> None:
-    spark.use_session(None)
-    while _SHARED:
-        _SHARED.pop().stop()
+def jar_dir() -> Path:
+    """Where the suite keeps the project's Spark reader jar, built once for every run and test
+    process (named by a hash of its sources and the PySpark version)."""
+    return Path(tempfile.gettempdir()) / "queueadmin-test-jars"
 
 
 @pytest.fixture(scope="session")
-def spark_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """The run's one SparkSession, also the process's (the tasks use it). Each module that
-    imports this fixture gets its own session-scoped instance from pytest, so the session is
-    made once here and stopped once, when the run ends."""
-    if not _SHARED:
-        _SHARED.append(spark.build_session(
-            spark.SparkTarget(master="local[2]", shuffle_partitions=1,
-                              conf=spark.parse_conf(os.environ.get("SPARK_CONF", ""))),
-            app="queueadmin-tests",
-            local_dir=tmp_path_factory.mktemp("spark-local"),
-        ))
-        atexit.register(_stop_shared)
-    spark.use_session(_SHARED[0])
-    yield _SHARED[0]
+def connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The run's Spark Connect server, started as the stack starts its own (core.pipeline.server,
+    with the project's reader jar; local[2], one shuffle partition), once per test process.
+    SPARK_REMOTE points this process's tasks and the workers it spawns at it."""
+    from django.conf import settings
+
+    work = tmp_path_factory.mktemp("spark-connect")
+    config = server.ServerConfig(
+        port=free_port(), local_dir=work / "local", memory="1g",
+        jar=jvm.ensure_jar(jar_dir()), cores="2",
+        conf=(("spark.sql.shuffle.partitions", "1"),
+              ("spark.driver.extraJavaOptions", TEST_JAVA_OPTIONS)))
+    server.prepare(config)
+    log = work / "server.log"
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(server.argv(config), env=server.env(), cwd=work,
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        if not server.wait_listening("127.0.0.1", config.port, timeout=180,
+                                     alive=lambda: proc.poll() is None):
+            raise RuntimeError(f"the test Spark Connect server did not start:\n"
+                               f"{log.read_text(errors='replace')[-3000:]}")
+        saved = settings.SPARK_REMOTE, os.environ.get("SPARK_REMOTE")
+        settings.SPARK_REMOTE = os.environ["SPARK_REMOTE"] = config.url
+        yield config.url
+        settings.SPARK_REMOTE = saved[0]
+        if saved[1] is None:
+            os.environ.pop("SPARK_REMOTE", None)
+        else:
+            os.environ["SPARK_REMOTE"] = saved[1]
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+@pytest.fixture(scope="session")
+def spark_session(connect_url: str) -> Iterator[Any]:
+    """A Spark Connect session of the test itself on the run's server (to read outputs, make
+    frames); tasks use sessions of their own on it, one per worker slot."""
+    from pyspark.sql import SparkSession
+
+    session = SparkSession.builder.remote(connect_url).create()
+    yield session
+    with contextlib.suppress(Exception):
+        session.stop()
 
 
 @pytest.fixture

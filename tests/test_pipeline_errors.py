@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 
 from core.pipeline.errors import explain, is_permanent, jvm_died, short
-from core.pipeline.spec import JobSpec
-from core.pipeline.tasks import chunk_count
+from core.pipeline.spark import connect_failure
 
 
 def named(name: str, text: str) -> Exception:
@@ -59,12 +58,15 @@ def test_jvm_died_is_told_from_other_py4j_errors() -> None:
     assert not jvm_died(named("Py4JJavaError", "java.lang.ArithmeticException"))
 
 
-def test_chunk_count_from_chunks_or_rows_per_chunk() -> None:
-    base = JobSpec(job_id="j", input="/i", format="parquet", output="/o", sql="SELECT 1")
-    assert chunk_count(base, 5_000_000) == 5  # a chunk per million rows by default
-    assert chunk_count(base, 0) == 1
-    assert chunk_count(JobSpec(**{**base.to_dict(), "chunks": 7}), 10) == 7
-    assert chunk_count(JobSpec(**{**base.to_dict(), "rows_per_chunk": 300}), 1000) == 4
+def test_connect_failures_are_told_from_the_jobs_own_errors() -> None:
+    assert connect_failure(named("SparkConnectGrpcException", "<_MultiThreadedRendezvous of "
+                                 "RPC that terminated with: status = StatusCode.UNAVAILABLE "
+                                 "details = \"failed to connect to all addresses\">"))
+    assert connect_failure(named("SparkConnectGrpcException",
+                                 "[INVALID_HANDLE.SESSION_NOT_FOUND] The handle is invalid."))
+    assert connect_failure(named("RetriesExceeded", "[RETRIES_EXCEEDED] UNAVAILABLE ..."))
+    assert not connect_failure(named("AnalysisException", "[UNRESOLVED_COLUMN] ..."))
+    assert not connect_failure(named("SparkConnectGrpcException", "Job aborted: OOM"))
 
 
 @pytest.mark.parametrize(("exc", "permanent"), [

@@ -20,7 +20,15 @@ import redis
 
 from core.queue import Queue, introspect
 from core.redis_server import start_redis
-from core.worker import Cancelled, Permanent, Registry, TaskContext, Worker, WorkerConfig
+from core.worker import (
+    Cancelled,
+    Permanent,
+    Registry,
+    TaskContext,
+    Unavailable,
+    Worker,
+    WorkerConfig,
+)
 from core.worker.heartbeat import Heartbeat
 from core.worker.held import Held
 from core.worker.outage import Outage
@@ -337,3 +345,73 @@ def test_max_tasks_holds_across_slots_when_redis_is_slow_to_answer(
     assert len(ran) == 1, f"--max-tasks 1 ran {len(ran)} tasks"
     info = introspect.request(live_queue, "r")
     assert info is not None and (info.done, info.leased) == (1, 0)
+
+
+def test_a_worker_takes_no_task_before_its_handlers_are_ready(
+    live_queue: Queue, start: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A handler's readiness check (its Spark server, say) holds the worker's first lease:
+    meanwhile another worker could run the task, and this one's heartbeat says why it waits."""
+    ready = threading.Event()
+    ran: list[str] = []
+    registry = Registry()
+    registry.register("rec", lambda payload, ctx: ran.append(payload),
+                      ready=lambda: None if ready.is_set() else "the test's server is down")
+    live_queue.submit(["a"], request_id="r", handler="rec")
+    caplog.set_level(logging.INFO, logger="queueadmin.worker")
+    start(live_queue, registry, name="waiter")
+    deadline = time.monotonic() + 5
+    while not introspect.workers(live_queue).items and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    assert ran == []
+    assert introspect.request(live_queue, "r").leased == 0  # nothing held while it waits
+    [info] = introspect.workers(live_queue).items
+    assert info.info.get("waiting") == "the test's server is down"
+    ready.set()
+    assert live_queue.wait("r", timeout=10) == "done" and ran == ["a"]
+    said = [r.getMessage() for r in caplog.records]
+    assert any("takes no task while the test's server is down" in m for m in said), said
+    assert any("waiter: takes tasks (it waited" in m for m in said), said
+
+
+def test_a_check_that_waits_only_when_asked_at_start_lets_the_worker_begin(
+    live_queue: Queue, start: Any
+) -> None:
+    ran: list[str] = []
+    registry = Registry()
+    registry.register("rec", lambda payload, ctx: ran.append(payload),
+                      ready=lambda: "never ready", at_start=lambda: False)
+    registry.register("other", lambda payload, ctx: ran.append(payload))
+    live_queue.submit(["x"], request_id="r", handler="other")
+    start(live_queue, registry, name="w")
+    assert live_queue.wait("r", timeout=10) == "done" and ran == ["x"]
+
+
+def test_a_handler_that_finds_its_server_down_gives_the_task_back_without_an_attempt(
+    live_queue: Queue, start: Any
+) -> None:
+    """Unavailable: the task is released (not failed, not counted as an attempt) and the
+    slot waits for the handler's readiness before it takes more work."""
+    up = threading.Event()
+    calls: list[int] = []
+
+    def handler(payload: Any, ctx: TaskContext) -> None:
+        calls.append(ctx.attempt)
+        if not up.is_set():
+            raise Unavailable("the test's server went away")
+
+    registry = Registry()
+    registry.register("rec", handler, ready=lambda: None if up.is_set() else "server down",
+                      at_start=lambda: False)
+    live_queue.submit(["a"], request_id="r", handler="rec", max_attempts=1)
+    start(live_queue, registry, name="w")
+    deadline = time.monotonic() + 5
+    while not calls and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.5)
+    info = introspect.request(live_queue, "r")
+    assert calls == [1] and info.waiting == 1 and info.dead == 0  # given back, not failed
+    up.set()
+    assert live_queue.wait("r", timeout=10) == "done"
+    assert calls == [1, 1]  # the run that counted is the one that ran: still attempt 1

@@ -1,52 +1,28 @@
-"""`manage.py datajob submit|show`: check a data job, queue it, follow it chunk by chunk;
-print a job's manifest."""
+"""`manage.py datajob submit|show|cancel|clean`: check a data job (without Spark), queue it,
+follow it chunk by chunk; print a job's manifest; cancel it; clean up."""
 
 from __future__ import annotations
 
 import json
-import shutil
-import signal
 import sys
-import tempfile
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from django.core.management.base import CommandError
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from core.cli import command_errors
-from core.cli.ops import ops_errors
 from core.conf import get_queue
-from core.ops import actions
-from core.ops.actions import Result
-from core.ops.audit import os_actor
-from core.pipeline import jobs, spark, submission
-from core.pipeline.check import check_with_spark
+from core.pipeline import jobs, submission
 from core.pipeline.spec import MANIFEST, JobSpec, SpecError
 from core.queue import Queue
 from core.queue.errors import UnknownHandlerWarning
 from core.queue.keys import validate_id
 
+if TYPE_CHECKING:
+    from core.ops.actions import Result
 
-@contextmanager
-def check_session() -> Iterator[Any]:
-    """A small local Spark session for the checks (one core, no UI), stopped after them."""
-    local_dir = Path(tempfile.mkdtemp(prefix="qa-datajob-check-"))
-    target = spark.SparkTarget(master="local[1]", shuffle_partitions=1,
-                               conf=spark.target_from_settings().conf).quick_start()
-    session = spark.build_session(target, app="queueadmin-datajob-check", local_dir=local_dir)
-    try:
-        yield session
-    finally:
-        session.stop()
-        shutil.rmtree(local_dir, ignore_errors=True)
-        # SparkContext took over Ctrl-C (to cancel its jobs); with the context gone its
-        # handler would fail on the next one.
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+# What only --wait, show or cancel need is imported there: a plain submit answers sooner.
 
 
 def build_spec(
@@ -54,21 +30,16 @@ def build_spec(
     sql: str | None = None, transform: str | None = None, combine_sql: str | None = None,
     views: list[str] | None = None, chunks: int | str | None = None,
     rows_per_chunk: int | str | None = None, overwrite: bool = False,
-    request_id: str | None = None, session: Any = None,
+    request_id: str | None = None,
 ) -> JobSpec:
-    """The job's spec after every check (core.pipeline.submission's, the console's too; then
-    Spark's on `session`, or on a session of its own): CommandError with a message saying
-    what to change, and nothing queued."""
+    """The job's spec after every check (core.pipeline.submission's, the console's too, with
+    no Spark: a submit takes milliseconds): CommandError with a message saying what to
+    change, and nothing queued."""
     try:
         spec = submission.job_spec(
             input=input, format=format, output=output, output_format=output_format, sql=sql,
             transform=transform, combine_sql=combine_sql, views=views or [], chunks=chunks,
             rows_per_chunk=rows_per_chunk, overwrite=overwrite, request_id=request_id)
-        if session is not None:
-            check_with_spark(session, spec)
-        else:
-            with check_session() as own:
-                check_with_spark(own, spec)
     except (SpecError, ValueError) as exc:
         raise CommandError(f"data job refused: {exc}") from exc
     return spec
@@ -98,7 +69,7 @@ def submit(
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", UnknownHandlerWarning)
             try:
-                created = jobs.submit(q, spec, options, analysed=True)  # by build_spec
+                created = jobs.submit(q, spec, options)
             except SpecError as exc:  # the id is another request's: nothing was written
                 raise CommandError(f"data job refused: {exc}") from exc
         if caught:
@@ -116,6 +87,9 @@ def submit(
 def follow(q: Queue, job_id: str, *, timeout: float | None = None,
            stdout: TextIO | None = None) -> jobs.JobStatus:
     """Progress of the job's chunks (a bar, and one line per chunk done) until it ends."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     stdout = stdout or sys.stdout
     console = Console(file=stdout, highlight=False)
     printed: set[int] = set()
@@ -200,6 +174,10 @@ def cancel(job_id: str, *, queue: str | None = None, wait_s: float = jobs.CANCEL
     """Cancel a data job (both its requests; audited as `manage.py cancel` is), wait up to
     `wait_s` for its running tasks to stop, then remove its staging data; say what became of
     it."""
+    from core.cli.ops import ops_errors
+    from core.ops import actions
+    from core.ops.audit import os_actor
+
     stdout = stdout or sys.stdout
     with command_errors("datajob cancel"):
         q = get_queue(queue or "default")

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from core.mirror.fingerprint import fingerprint
-from core.pipeline import jobs
-from core.pipeline.spec import SUCCESS, JobSpec
+from core.pipeline import jobs, roots
+from core.pipeline.spec import SUCCESS, JobSpec, SpecError
 from core.queue import Queue, introspect
 from core.queue.models import DeadLetter
 
@@ -191,8 +191,15 @@ def reason(error: str, where: str) -> str:
 
 
 def preview(spec: JobSpec | None, *, rows: int = PREVIEW_ROWS) -> Preview | None:
-    """The first rows of a complete output (with _SUCCESS), as text; None before that."""
-    if spec is None or not (Path(spec.output) / SUCCESS).exists():
+    """The first rows of a complete output (with _SUCCESS), as text; None before that, and
+    for an output outside the output roots (a record in Redis is not trusted either)."""
+    if spec is None:
+        return None
+    try:
+        roots.check_output(spec.output, roots.from_settings())
+    except SpecError:
+        return None
+    if not (Path(spec.output) / SUCCESS).exists():
         return None
     try:
         if spec.output_format == "csv":

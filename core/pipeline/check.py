@@ -1,102 +1,193 @@
-"""The checks that need Spark, run by `datajob submit` before anything is queued: the SQL
-(or transform) and the combine SQL are analysed against the input's schema, on empty frames
-of that schema, so a statement that does not parse or names a missing column is refused with
-Spark's own parser and analyser (the workers' own), and no data is read.
+"""Every check a data job passes before anything is queued, and again in the worker before
+each of its tasks runs (a task in Redis is not trusted either), without Spark: the options,
+the paths (under the data roots: roots.py), the output (never replacing what this project did
+not write), and the SQL (one query over the job's own views, allowed functions, columns the
+data has: sqlcheck.py, against the columns the files' metadata give: schema.py).
 
-Why in the submitting process, on a small local session, rather than in a first task: the
-answer comes before anything is queued and needs no worker running; a schema costs a Parquet
-footer, a CSV header line or the first lines of a JSON file to read.
+What Spark alone can tell (a type mismatch, say) is found by the job's first task, the split,
+which analyses the statements on the workers' Spark before any chunk is added: one task fails,
+with the message, and the job stops there.
 """
 
 from __future__ import annotations
 
-import itertools
-import tempfile
+import errno
+import glob
+import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from . import transforms
-from .errors import explain
-from .io import read
-from .spec import JobSpec, SpecError, _matches, is_local, view_format
+from . import roots as roots_
+from . import schema, sqlcheck, transforms
+from .jobs import check_size
+from .roots import DataRoots
+from .spec import (
+    FORMATS,
+    MAX_CHUNKS,
+    OUTPUT_FORMATS,
+    SUCCESS,
+    JobSpec,
+    SpecError,
+    _matches,
+    is_local,
+    view_format,
+    written_by,
+)
+from .sqlcheck import CheckedSQL
 
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.types import StructType
-
-SAMPLE_LINES = 1000  # JSON lines read to infer a schema
-
-
-def schema_of(session: SparkSession, path: str, fmt: str) -> StructType:
-    """The schema of a dataset, cheaply: Parquet from its footers, CSV from its header line
-    (columns as strings), JSON lines from its first lines."""
-    if fmt == "csv":
-        return session.read.option("header", "true").csv(path).schema
-    if fmt == "json" and is_local(path):
-        first = sorted(_matches(path))
-        lines: list[str] = []
-        for f in first:
-            p = Path(f)
-            files = sorted(x for x in p.rglob("*") if x.is_file()) if p.is_dir() else [p]
-            for x in files:
-                if x.name.startswith((".", "_")):
-                    continue
-                with open(x, encoding="utf-8", errors="replace") as fh:
-                    lines += [ln for ln in itertools.islice(fh, SAMPLE_LINES) if ln.strip()]
-                if len(lines) >= SAMPLE_LINES:
-                    break
-            if len(lines) >= SAMPLE_LINES:
-                break
-        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as tmp:
-            tmp.write("\n".join(lines))
-        try:
-            return session.read.json(tmp.name).schema
-        finally:
-            Path(tmp.name).unlink()
-    return read(session, path, fmt).schema
+MAX_PATH_CHARS = 4096
+MAX_NAME_CHARS = 255
 
 
-def _empty(session: SparkSession, schema: StructType) -> DataFrame:
-    return session.createDataFrame([], schema)
+@dataclass(frozen=True)
+class Statements:
+    """What Spark runs for a job: its checked chunk SQL (None: a transform) and combine SQL."""
+
+    sql: CheckedSQL | None
+    combine_sql: CheckedSQL | None
 
 
-def check_with_spark(session: SparkSession, spec: JobSpec) -> list[str]:
-    """Analyse the job's statements against empty frames of the input's schema; SpecError
-    saying what to change. Returns the columns the chunk step produces."""
-    s = session.newSession()
-    try:
-        schema = schema_of(s, spec.input, spec.format)
-    except Exception as exc:
-        raise SpecError(explain(exc, where=f"input {spec.input}")) from exc
-    if not schema.fields:
-        raise SpecError(f"input {spec.input}: no columns found (empty file, or not "
-                        f"{spec.format}?)")
+def make_spec(
+    *, job_id: str, input: str, format: str, output: str, output_format: str = "parquet",
+    sql: str | None = None, transform: str | None = None, combine_sql: str | None = None,
+    views: dict[str, str] | None = None, chunks: int | None = None,
+    rows_per_chunk: int | None = None, overwrite: bool = False,
+    roots: DataRoots | None = None,
+) -> JobSpec:
+    """A spec with resolved paths, after every check: SpecError (OutsideRoots, SQLRefused)
+    saying what to change. `roots` default to the settings' (QA_DATA_ROOTS,
+    QA_OUTPUT_ROOTS)."""
+    _check_options(format=format, output_format=output_format, sql=sql, transform=transform,
+                   combine_sql=combine_sql, chunks=chunks, rows_per_chunk=rows_per_chunk)
+    roots = roots or roots_.from_settings()
+    if not is_local(output):
+        raise SpecError(f"--output {output!r}: the output must be a path on a filesystem every "
+                        "worker shares (its parts are moved into place by renaming)")
+    for what, path in [("--input", input), ("--output", output),
+                       *((f"--view {n}", p) for n, p in (views or {}).items())]:
+        _check_path_text(what, path)
+    spec = JobSpec(
+        job_id=job_id, input=roots_.check_input(input, roots), format=format,
+        output=roots_.check_output(output, roots), output_format=output_format, sql=sql,
+        transform=transform, combine_sql=combine_sql,
+        views={n: roots_.check_input(p, roots, what=f"--view {n}")
+               for n, p in (views or {}).items()},
+        chunks=chunks, rows_per_chunk=rows_per_chunk, overwrite=overwrite,
+    )
+    if is_local(spec.input) and not _matches(spec.input):
+        raise SpecError(f"input {input!r} does not exist"
+                        + (" (the pattern matches no file)" if glob.has_magic(input) else ""))
     for name, path in spec.views.items():
-        try:
-            _empty(s, schema_of(s, path, view_format(path))).createOrReplaceTempView(name)
-        except Exception as exc:
-            raise SpecError(explain(exc, where=f"--view {name}={path}")) from exc
-    chunk = _empty(s, schema)
-    chunk.createOrReplaceTempView("chunk")
-    columns = ", ".join(schema.fieldNames())
+        if is_local(path) and not _matches(path):
+            raise SpecError(f"--view {name}={path}: no such file or directory")
+    for what, path in [("--input", spec.input), *((f"--view {n}", p)
+                                                  for n, p in spec.views.items())]:
+        if roots_.overlapping(spec.output, path):
+            raise SpecError(f"--output {spec.output} and {what} {path} overlap: a job cannot "
+                            "write where it reads")
+    check_output(spec)
+    statements(spec, columns=True)
+    check_size(spec)
+    return spec
+
+
+def _check_options(*, format: str, output_format: str, sql: str | None, transform: str | None,
+                   combine_sql: str | None, chunks: int | None,
+                   rows_per_chunk: int | None) -> None:
+    if format not in FORMATS:
+        raise SpecError(f"--format {format!r}: one of {', '.join(FORMATS)}")
+    if output_format not in OUTPUT_FORMATS:
+        raise SpecError(f"--output-format {output_format!r}: one of {', '.join(OUTPUT_FORMATS)}")
+    if (sql is None) == (transform is None):
+        raise SpecError("give exactly one of --sql (Spark SQL over the view `chunk`) and "
+                        "--transform NAME (a registered @transform function)")
+    if sql is not None and not sql.strip():
+        raise SpecError("--sql is empty")
+    if combine_sql is not None and not combine_sql.strip():
+        raise SpecError("--combine-sql is empty")
+    if chunks is not None and rows_per_chunk is not None:
+        raise SpecError("give --chunks or --rows-per-chunk, not both")
+    if chunks is not None and not 1 <= chunks <= MAX_CHUNKS:
+        raise SpecError(f"--chunks {chunks}: between 1 and {MAX_CHUNKS}")
+    if rows_per_chunk is not None and rows_per_chunk < 1:
+        raise SpecError(f"--rows-per-chunk {rows_per_chunk}: at least 1")
+    if transform is not None and transforms.get(transform) is None:
+        known = ", ".join(transforms.names()) or "none registered"
+        raise SpecError(f"--transform {transform!r} is not registered (known: {known}); "
+                        "transforms are registered with @transform(\"name\") in a module "
+                        "listed in QA_HANDLER_MODULES")
+
+
+def _check_path_text(what: str, path: str) -> None:
+    if "\0" in path:
+        raise SpecError(f"{what}: a path cannot hold a NUL character")
+    if len(path) > MAX_PATH_CHARS:
+        raise SpecError(f"{what}: the path is {len(path):,} characters long; at most "
+                        f"{MAX_PATH_CHARS:,}")
+    long = [p for p in Path(path).parts if len(p.encode("utf-8", "surrogatepass")) >
+            MAX_NAME_CHARS]
+    if long:
+        raise SpecError(f"{what}: the name {long[0][:40]!r}... is longer than "
+                        f"{MAX_NAME_CHARS} bytes, the most a file name may have")
+
+
+def check_output(spec: JobSpec) -> None:
+    """Refuse an output that is complete already (without --overwrite), and anything at the
+    output that a data job did not write (even with --overwrite: it would be deleted)."""
+    out = Path(spec.output)
     try:
-        if spec.sql is not None:
-            result = s.sql(spec.sql)
-        else:
-            fn = transforms.get(spec.transform or "")
-            assert fn is not None  # make_spec() checked it
-            result = fn(chunk)
-        result.schema  # noqa: B018  (analysis happens here on Spark Connect)
-    except Exception as exc:
-        option = "--sql" if spec.sql is not None else f"--transform {spec.transform}"
-        raise SpecError(explain(exc, where="", sql_option=option)
-                        + f" (the input's columns: {columns})") from exc
-    if spec.combine_sql:
-        _empty(s, result.schema).createOrReplaceTempView("parts")
-        try:
-            s.sql(spec.combine_sql).schema  # noqa: B018
-        except Exception as exc:
-            parts = ", ".join(result.schema.fieldNames())
-            raise SpecError(explain(exc, where="", sql_option="--combine-sql")
-                            + f" (the view parts has the columns: {parts})") from exc
-    return list(result.schema.fieldNames())
+        if not out.exists() or (out.is_dir() and not any(out.iterdir())):
+            return
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            raise SpecError(f"--output {spec.output}: the path is too long") from None
+        raise SpecError(f"--output {spec.output}: {exc.strerror}") from None
+    manifest = written_by(out)
+    if manifest is None:
+        raise SpecError(
+            f"output {spec.output} exists and was not written by a data job (no "
+            f"{SUCCESS} and _manifest.json there: perhaps a failed or cancelled job's, or "
+            "other files); --overwrite only replaces a data job's complete output. Remove it "
+            "yourself, or choose another --output")
+    if not spec.overwrite:
+        raise SpecError(f"output {spec.output} is already complete ({SUCCESS} is there, "
+                        f"written by job {manifest['job']} at "
+                        f"{manifest.get('finished_at', '?')}); pass --overwrite to replace "
+                        "it, or choose another --output")
+
+
+def statements(spec: JobSpec, *, columns: bool) -> Statements:
+    """The job's checked statements (SQLRefused if one may not run). With `columns`, their
+    columns are resolved against the input's and views' metadata (submit); the worker's
+    check leaves that to Spark."""
+    def cols(path: str, fmt: str) -> sqlcheck.Schema | None:
+        return schema.columns_of(path, fmt) if columns else None
+
+    views = {n: cols(p, view_format(p)) for n, p in spec.views.items()}
+    sql = None
+    chunk_columns: tuple[str, ...] | None = None
+    if spec.sql is not None:
+        sql = sqlcheck.check_sql(spec.sql, option="--sql",
+                                 views={"chunk": cols(spec.input, spec.format), **views})
+        chunk_columns = sql.columns
+    combine = None
+    if spec.combine_sql is not None:
+        parts = ({c: "UNKNOWN" for c in chunk_columns}
+                 if columns and chunk_columns is not None else None)
+        combine = sqlcheck.check_sql(spec.combine_sql, option="--combine-sql",
+                                     views={"parts": parts, **views})
+    return Statements(sql, combine)
+
+
+def confine(spec: JobSpec, roots: DataRoots | None = None) -> Statements:
+    """The worker's check of a task's spec (it came from Redis): its paths under the roots,
+    its statements allowed; SpecError otherwise. Returns what Spark runs."""
+    roots = roots or roots_.from_settings()
+    resolved = {roots_.check_input(spec.input, roots)}
+    resolved |= {roots_.check_input(p, roots, what=f"--view {n}") for n, p in spec.views.items()}
+    out = roots_.check_output(spec.output, roots)
+    if out != os.path.normpath(spec.output) or not os.path.isabs(spec.output):
+        raise SpecError(f"--output {spec.output} is not a resolved path")
+    if any(roots_.overlapping(out, p) for p in resolved):
+        raise SpecError(f"--output {spec.output} overlaps the job's input")
+    return statements(spec, columns=False)

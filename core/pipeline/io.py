@@ -7,12 +7,13 @@ import os
 import shutil
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .spec import JobSpec, view_format
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 
 def reader_for(session: SparkSession, fmt: str) -> object:
@@ -30,8 +31,30 @@ def read(session: SparkSession, path: str, fmt: str) -> DataFrame:
     return reader_for(session, fmt).load(path)  # type: ignore[attr-defined, no-any-return]
 
 
-def read_input(session: SparkSession, spec: JobSpec) -> DataFrame:
-    return read(session, spec.input, spec.format)
+def read_input(session: SparkSession, spec: JobSpec, files: list[str] | None = None, *,
+               base: str | None = None, schema: StructType | None = None) -> DataFrame:
+    """The job's input, or only `files` of it (whose `name=value` folders under `base` give
+    columns); `schema` spares a CSV or JSON input Spark's inference (the split's)."""
+    r: Any = reader_for(session, spec.format)
+    if base is not None:
+        r = r.option("basePath", base)
+    if schema is not None:
+        r = r.schema(schema)
+    return r.load(files if files is not None else spec.input)  # type: ignore[no-any-return]
+
+
+def parse_lines(lines: DataFrame, fmt: str, schema: StructType) -> DataFrame:
+    """Lines of CSV or JSON (a column `value`) as rows of `schema`, parsed by Spark's own
+    parsers with the options its reader uses (a malformed record fails, FAILFAST); blank lines
+    are skipped, as the readers skip them."""
+    from pyspark.sql import functions as F
+
+    options = {"mode": "FAILFAST"}
+    value = F.col("value")
+    parse = (F.from_csv(value, schema.simpleString(), options) if fmt == "csv"
+             else F.from_json(value, schema, options))
+    rows = lines.where(F.trim(value) != "").select(parse.alias("r"))
+    return rows.select(*(F.col("r").getField(f.name).alias(f.name) for f in schema.fields))
 
 
 def register_views(session: SparkSession, spec: JobSpec) -> None:
@@ -40,12 +63,11 @@ def register_views(session: SparkSession, spec: JobSpec) -> None:
         read(session, path, view_format(path)).createOrReplaceTempView(name)
 
 
-def write(df: DataFrame, path: Path, fmt: str, *, shuffle: bool = False) -> None:
-    """One file in `fmt` under the directory `path`, overwritten. shuffle=True when `df` is a
-    small slice of a big frame (a chunk filtered out of the whole input): repartition(1) keeps
-    the scan parallel, where coalesce(1) would run it in one task."""
-    one = df.repartition(1) if shuffle else df.coalesce(1)
-    w = one.write.mode("overwrite").format(fmt)
+def write(df: DataFrame, path: Path, fmt: str, *, one_file: bool = True) -> None:
+    """`df` in `fmt` under the directory `path`, overwritten: as one file (coalesce(1): the
+    combine step's output), or as Spark's tasks write it (a chunk's part: coalescing would run
+    a chunk's whole scan in one task, on one core)."""
+    w = (df.coalesce(1) if one_file else df).write.mode("overwrite").format(fmt)
     if fmt == "csv":
         w = w.option("header", "true")
     w.save(str(path))

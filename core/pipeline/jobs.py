@@ -35,6 +35,7 @@ from .spec import JobSpec, SpecError
 log = logging.getLogger("queueadmin.pipeline")
 HANDLER = "datajob"
 RECORD_TTL_S = 7 * 86_400  # the job's record outlives its requests' default retention
+MAX_SPEC_BYTES = 60 * 1024  # a task's payload is at most 64 KiB: the spec and a few fields
 
 
 def combine_id(job_id: str) -> str:
@@ -94,14 +95,21 @@ def check_id_free(q: Queue, job_id: str) -> None:
                          f"the combine step of data job {job_id}")
 
 
-def submit(q: Queue, spec: JobSpec, options: QueueOptions | None = None, *,
-           analysed: bool = False) -> bool:
+def check_size(spec: JobSpec) -> None:
+    """SpecError when the job's description is too big for its tasks (they carry it)."""
+    size = len(spec.to_json().encode("utf-8", "surrogatepass"))
+    if size > MAX_SPEC_BYTES:
+        raise SpecError(f"the job's SQL, combine SQL and paths take {size:,} bytes together; "
+                        f"at most {MAX_SPEC_BYTES // 1024} KiB (a task carries them all)")
+
+
+def submit(q: Queue, spec: JobSpec, options: QueueOptions | None = None) -> bool:
     """Queue the job (spec checked by make_spec); returns False if a job with this id existed
-    (nothing is changed then, so a retried submit is harmless). JobIdTaken, with nothing
-    written, if the id (or its combine id) is another request's. analysed=True when Spark
-    has analysed the SQL against the input's schema already (check.check_with_spark, as
-    `datajob submit` does): the split then does not analyse it again."""
+    (nothing is changed then, so a retried submit is harmless). JobIdTaken or SpecError, with
+    nothing written, if the id (or its combine id) is another request's, or the job's
+    description does not fit in its tasks."""
     o = options or QueueOptions()
+    check_size(spec)
     check_id_free(q, spec.job_id)
     key = record_key(q, spec.job_id)
     if introspect.request(q, spec.job_id) is None and q.redis.exists(key):
@@ -124,7 +132,7 @@ def submit(q: Queue, spec: JobSpec, options: QueueOptions | None = None, *,
                    request_id=combine_id(spec.job_id), **opts)
     info = introspect.request(q, spec.job_id)
     if info is not None and info.total == 0 and info.state == "open":
-        q.add(spec.job_id, [payload("split", spec, checked=analysed)])
+        q.add(spec.job_id, [payload("split", spec)])
     return created
 
 

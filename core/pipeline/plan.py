@@ -1,21 +1,24 @@
-"""Splitting a Parquet input without copying it: the split task reads only the files' footers
-(row counts per row group), cuts the input's rows into N contiguous slices, and each chunk
-task reads its own slice of the input.
+"""How a data job's input is cut into chunks that Spark reads where they are: nothing is copied
+or staged. The split task plans from metadata alone (file listings, Parquet footers, file
+sizes); each chunk task reads its own slice:
 
-Where a slice falls:
-- on whole files (a directory or glob of many files, as Spark and most tools write them), the
-  chunk's Spark job reads those files directly, with Spark's own column pruning: nothing is
-  staged;
-- inside a file (one big file of many row groups), the chunk reads the row groups of its
-  slice with pyarrow, keeping only the columns its SQL reads (Spark's plan says which), and
-  stages them as one uncompressed Parquet file for its Spark job.
+- **whole files** (a directory or glob of files, as Spark and most tools write a dataset): the
+  chunk's files, read by Spark's own reader (its column pruning, a Hive-partitioned folder's
+  columns from `basePath`);
+- **Parquet row groups** (a file of many row groups): the chunk's groups of each file, read by
+  the project's Spark reader (core.pipeline.jvm: Spark's vectorized Parquet reader over the
+  byte range that holds exactly those groups);
+- **rows inside a row group** (only when asked for more chunks than the input has row groups):
+  the file read by Spark and filtered on its row numbers (`_metadata.row_index`), which costs a
+  read of the file per chunk: the default chunking never cuts there;
+- **byte ranges of CSV and JSON lines**, cut anywhere: each range owns the lines that start in
+  it (Hadoop's line reader, through the project's Spark reader), parsed by Spark's own CSV and
+  JSON parsers with the schema the split inferred.
 
-Cuts fall on row-group boundaries when there are at least as many row groups as chunks (so a
-slice never reads a row group another slice reads), and on row numbers otherwise.
-
-Inputs this does not plan (CSV, JSON lines, a path that is not on a local or mounted
-filesystem, a Hive-partitioned directory whose columns live in its folder names) are split by
-Spark in the split task, as staged Parquet chunks (tasks.split_with_spark).
+How many chunks by default: enough that Spark's fixed cost per chunk (0.2-0.3 s for a job in
+a warm session) stays under about a tenth of the chunk's work, and at least one per free slot
+of the queue's workers when the input is big enough to be worth sharing (CHUNK_BYTES,
+MIN_SHARED_BYTES below); `--chunks` or `--rows-per-chunk` override it.
 """
 
 from __future__ import annotations
@@ -23,106 +26,130 @@ from __future__ import annotations
 import bisect
 import itertools
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .spec import JobSpec, _matches, is_local, local_path
+from .spec import MAX_CHUNKS, JobSpec, _matches, is_local, local_path
 
-if TYPE_CHECKING:
-    import pyarrow as pa
-
-BATCH_ROWS = 65_536  # rows per batch read and written when a slice is staged
-STAGE_OPTIONS: dict[str, Any] = {
-    # A staged slice lives for one task: writing it fast beats writing it small.
-    "compression": "none",
-    # Spark reads microsecond timestamps; pyarrow would keep a nanosecond input as nanoseconds.
-    "coerce_timestamps": "us",
-    "allow_truncated_timestamps": True,
-}
-
-
-@dataclass(frozen=True)
-class Piece:
-    """Rows [start, stop) of one input file, numbered within the file."""
-
-    path: str
-    start: int
-    stop: int
-    file_rows: int
-
-    @property
-    def whole(self) -> bool:
-        return self.start == 0 and self.stop == self.file_rows
-
-    def to_list(self) -> list[Any]:
-        return [self.path, self.start, self.stop, self.file_rows]
-
-    @classmethod
-    def from_list(cls, v: list[Any]) -> Piece:
-        return cls(str(v[0]), int(v[1]), int(v[2]), int(v[3]))
+# Input bytes (of the columns a job reads, for Parquet) per chunk by default: on this project's
+# 2-core machine a chunk of this size keeps Spark's fixed cost per chunk near a tenth of its
+# work (bench/bench_pipeline.py measures it; see docs/pipeline.md, "What a job costs").
+CHUNK_BYTES = 192 * 1024 * 1024
+# Below this, an input is one chunk whatever the free slots: sharing it would cost more in
+# fixed costs than it saves.
+MIN_SHARED_BYTES = 48 * 1024 * 1024
 
 
 @dataclass(frozen=True)
 class InputFile:
     path: str
-    group_rows: tuple[int, ...]  # rows of each row group, in file order
+    size: int  # bytes on disk
+    group_rows: tuple[int, ...] = ()  # Parquet: rows of each row group, in file order
+    group_bytes: tuple[int, ...] = ()  # Parquet: compressed bytes each group holds of the
+    # columns the job reads (all of them when not known)
 
     @property
     def rows(self) -> int:
         return sum(self.group_rows)
 
 
-def input_files(spec: JobSpec) -> list[str] | None:
-    """The data files of a local input, in a stable order (sorted paths); None when the
-    input's files cannot be listed from here or its folder names carry columns."""
+@dataclass(frozen=True)
+class Listing:
+    """An input's data files in a stable order, and the folder whose `name=value` subfolders
+    give columns (None when there are none)."""
+
+    files: list[str]
+    base: str | None = None
+
+
+def list_input(spec: JobSpec) -> Listing | None:
+    """The data files of a local input (sorted; hidden and `_` files skipped); None when they
+    cannot be listed from here (a remote path: Spark lists them)."""
     if not is_local(spec.input):
         return None
     files: list[str] = []
+    base = None
     for match in sorted(_matches(local_path(spec.input))):
         p = Path(match)
         if p.is_dir():
             for root, dirs, names in os.walk(p):
                 dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
                 if any("=" in d for d in dirs):
-                    return None  # partition columns: Spark's discovery is needed
+                    base = str(p)  # partition columns: Spark reads them from the folders
                 files += [os.path.join(root, n) for n in sorted(names)
                           if not n.startswith((".", "_"))]
         elif p.is_file() and not p.name.startswith((".", "_")):
             files.append(str(p))
-    return files
+    return Listing(files, base)
 
 
-def read_footers(paths: list[str]) -> list[InputFile]:
+def read_footers(paths: list[str], columns: list[str] | None = None) -> list[InputFile]:
+    """Each Parquet file's row groups (rows, and compressed bytes of `columns`, default all),
+    from its footer alone."""
     import pyarrow.parquet as pq
 
+    wanted = {c.lower() for c in columns} if columns is not None else None
     out = []
     for path in paths:
         md = pq.ParquetFile(path).metadata
-        out.append(InputFile(path, tuple(md.row_group(i).num_rows
-                                         for i in range(md.num_row_groups))))
+        rows, sizes = [], []
+        for i in range(md.num_row_groups):
+            rg = md.row_group(i)
+            rows.append(rg.num_rows)
+            sizes.append(sum(
+                rg.column(c).total_compressed_size for c in range(rg.num_columns)
+                if wanted is None
+                or rg.column(c).path_in_schema.split(".")[0].lower() in wanted))
+        out.append(InputFile(path, os.path.getsize(path), tuple(rows), tuple(sizes)))
     return out
 
 
+def sizes(paths: list[str]) -> list[InputFile]:
+    return [InputFile(p, os.path.getsize(p)) for p in paths]
+
+
+def default_chunks(work_bytes: int, free_slots: int) -> int:
+    """The default number of chunks for an input whose job reads `work_bytes`."""
+    n = -(-work_bytes // CHUNK_BYTES)
+    if work_bytes >= MIN_SHARED_BYTES:
+        n = max(n, min(free_slots, -(-work_bytes // (MIN_SHARED_BYTES // 2))))
+    return max(1, min(n, MAX_CHUNKS))
+
+
+def chunk_count(spec: JobSpec, *, rows: int | None, work_bytes: int, free_slots: int) -> int:
+    """--chunks, else rows / --rows-per-chunk (when the rows are known), else by size."""
+    if spec.chunks is not None:
+        return spec.chunks
+    if spec.rows_per_chunk is not None and rows is not None:
+        return max(1, min(MAX_CHUNKS, -(-rows // spec.rows_per_chunk)))
+    return default_chunks(work_bytes, free_slots)
+
+
+# -- Parquet -------------------------------------------------------------------------------
+
+
 def cut_points(files: list[InputFile], n: int) -> list[int]:
-    """n + 1 row numbers (0 ... total) that cut the input into n slices of about equal rows:
+    """n + 1 row numbers (0 ... total) that cut the input into n slices of about equal bytes:
     on row-group boundaries when there are at least n non-empty row groups, else on rows."""
     total = sum(f.rows for f in files)
-    bounds: list[int] = []
-    at = 0
+    bounds: list[int] = []  # row number after each non-empty group
+    weight: list[int] = []  # bytes up to and including that group
+    at = done = 0
     for f in files:
-        for r in f.group_rows:
+        for r, b in zip(f.group_rows, f.group_bytes or f.group_rows, strict=True):
             if r:
                 at += r
+                done += max(b, 1)
                 bounds.append(at)
+                weight.append(done)
     if len(bounds) < n:
         return [total * k // n for k in range(n + 1)]
     points, prev = [0], -1
     for k in range(1, n):
-        goal = total * k / n
-        j = bisect.bisect_left(bounds, goal)
-        if j > 0 and (j == len(bounds) or goal - bounds[j - 1] <= bounds[j] - goal):
+        goal = done * k / n
+        j = bisect.bisect_left(weight, goal)
+        if j > 0 and (j == len(weight) or goal - weight[j - 1] <= weight[j] - goal):
             j -= 1  # the nearer of the two boundaries around the goal
         # after the previous cut, and leaving a row group for each slice still to come
         j = min(max(j, prev + 1), len(bounds) - 1 - (n - k))
@@ -132,83 +159,79 @@ def cut_points(files: list[InputFile], n: int) -> list[int]:
     return points
 
 
-def slices(files: list[InputFile], n: int) -> list[list[Piece]]:
-    """The input cut into n slices (a slice may be empty only when there are fewer rows than
-    slices), each a list of pieces of files."""
-    points = cut_points(files, n)
-    out: list[list[Piece]] = []
-    for lo, hi in itertools.pairwise(points):
-        pieces, first = [], 0
+def parquet_reads(files: list[InputFile], n: int, base: str | None) -> list[dict[str, Any]]:
+    """The n chunks' reads of a Parquet input: whole files, row groups, or rows."""
+    out = []
+    for lo, hi in itertools.pairwise(cut_points(files, n)):
+        whole: list[str] = []
+        groups: list[list[Any]] = []
+        rows: list[list[Any]] = []
+        first = 0
         for f in files:
             a, b = max(lo, first), min(hi, first + f.rows)
             if a < b:
-                pieces.append(Piece(f.path, a - first, b - first, f.rows))
+                ga, gb = _group_span(f, a - first, b - first)
+                if (a, b) == (first, first + f.rows):
+                    whole.append(f.path)
+                    groups.append([f.path, 0, len(f.group_rows)])
+                elif ga is not None and gb is not None:
+                    groups.append([f.path, ga, gb])
+                else:
+                    rows.append([f.path, a - first, b - first])
             first += f.rows
-        out.append(pieces)
+        known = {"known_rows": hi - lo}
+        if rows:
+            out.append({"rows": rows, **known})
+        elif len(whole) == len(groups):
+            out.append({"files": whole, **({"base": base} if base else {}), **known})
+        else:
+            out.append({"groups": groups, **known})
     return out
 
 
-class InputError(ValueError):
-    """The input cannot be staged as it is; the message says why."""
-
-
-def read_pieces(pieces: list[Piece], columns: list[str] | None
-                ) -> Iterator[tuple[str, pa.RecordBatch]]:
-    """The rows of `pieces` (with the file each batch comes from), only `columns` (None:
-    all), read with pyarrow batch by batch, so memory stays bounded whatever the slice's
-    size: only the row groups that hold the rows are decoded."""
-    import pyarrow.parquet as pq
-
-    for piece in pieces:
-        pf = pq.ParquetFile(piece.path)
-        md = pf.metadata
-        groups, first, pos = [], 0, -1
-        for g in range(md.num_row_groups):
-            rows = md.row_group(g).num_rows
-            if first + rows > piece.start and first < piece.stop:
-                groups.append(g)
-                pos = first if pos < 0 else pos
-            first += rows
-        for batch in pf.iter_batches(batch_size=BATCH_ROWS, row_groups=groups,
-                                     columns=columns):
-            lo, hi = max(piece.start, pos), min(piece.stop, pos + batch.num_rows)
-            if lo < hi:
-                yield piece.path, batch.slice(lo - pos, hi - lo)
-            pos += batch.num_rows
-            if pos >= piece.stop:
-                break
-
-
-def stage(pieces: list[Piece], columns: list[str] | None, target: Path, *, probe: str) -> int:
-    """Write the slice as one Parquet file under the directory `target`, batch by batch;
-    returns its rows. An empty slice (fewer rows than chunks) is an empty file with the
-    schema of `probe`. InputError if the slice's files do not share one schema."""
-    import pyarrow.parquet as pq
-
-    target.mkdir(parents=True, exist_ok=True)
-    out = target / "part-00000.parquet"
-    writer: pq.ParquetWriter | None = None
-    rows, first_path = 0, ""
+def _group_span(f: InputFile, start: int, stop: int) -> tuple[int | None, int | None]:
+    """The row groups [first, end) that rows [start, stop) of `f` are exactly, or Nones."""
+    edges = list(itertools.accumulate(f.group_rows, initial=0))
     try:
-        for path, batch in read_pieces(pieces, columns):
-            if writer is None:
-                writer, first_path = pq.ParquetWriter(out, batch.schema, **STAGE_OPTIONS), path
-            elif not batch.schema.equals(writer.schema, check_metadata=False):
-                raise InputError(
-                    f"the input's files do not share one schema: {path} has "
-                    f"({_columns_text(batch.schema)}) where {first_path} has "
-                    f"({_columns_text(writer.schema)})")
-            writer.write_batch(batch)
-            rows += batch.num_rows
-        if writer is None:
-            empty = pq.read_schema(probe).empty_table()
-            pq.write_table(empty.select(columns) if columns is not None else empty, out,
-                           **STAGE_OPTIONS)
-    finally:
-        if writer is not None:
-            writer.close()
-    return rows
+        return edges.index(start), edges.index(stop)
+    except ValueError:
+        return None, None
 
 
-def _columns_text(schema: pa.Schema) -> str:
-    return ", ".join(f"{f.name} {f.type}" for f in schema)
+# -- whole files and byte ranges ---------------------------------------------------------
+
+
+def file_reads(files: list[InputFile], n: int, base: str | None) -> list[dict[str, Any]]:
+    """n chunks of whole files, of about equal bytes (n at most the number of files)."""
+    n = max(1, min(n, len(files)))
+    total = sum(f.size for f in files) or 1
+    out: list[dict[str, Any]] = [{"files": [], **({"base": base} if base else {})}
+                                 for _ in range(n)]
+    done = 0
+    for f in files:
+        k = min(n - 1, done * n // total)
+        out[k]["files"].append(f.path)
+        done += f.size
+    return [r for r in out if r["files"]] or out[:1]
+
+
+def range_reads(files: list[InputFile], n: int) -> list[dict[str, Any]]:
+    """n chunks of byte ranges of line-delimited files, of about equal bytes; a range owns the
+    lines that start inside it, so the ranges' lines are every line once."""
+    total = sum(f.size for f in files)
+    cuts = [total * k // n for k in range(n + 1)]
+    out = []
+    for lo, hi in itertools.pairwise(cuts):
+        ranges, first = [], 0
+        for f in files:
+            a, b = max(lo, first), min(hi, first + f.size)
+            if a < b:
+                ranges.append([f.path, a - first, b - first])
+            first += f.size
+        out.append({"ranges": ranges})
+    return out
+
+
+def read_rows(read: dict[str, Any]) -> int | None:
+    """The rows a chunk's read holds when the plan knows them (Parquet), else None."""
+    return read.get("known_rows")

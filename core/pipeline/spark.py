@@ -1,20 +1,26 @@
-"""One SparkSession per worker process: created at the first data task (never at import,
-never before the worker forks its heartbeat child), reused by every task after, stopped when
-the process exits.
+"""The workers' Spark sessions.
 
-Where it runs: `local[*]` by default, a standalone master (settings.SPARK_MASTER,
-spark://host:7077) or a Spark Connect server (settings.SPARK_REMOTE, sc://host:15002). Its
+Spark Connect (the default): each task slot of a worker holds one session on the Connect
+server (the stack's own, core.pipeline.server, or SPARK_REMOTE's), made at the slot's first
+data task and kept: its temporary views are the slot's own, and the worker holds no JVM. Each
+data job runs in a FAIR scheduler pool of its own (job_pool), so that a small job's chunk is
+not queued behind a big job's tasks inside Spark.
+
+Classic (SPARK_MASTER set: local[N] or spark://host:7077): one SparkSession per worker process,
+made before the worker takes its first task (never at import, never before the worker forks
+its heartbeat child), with a session per task on it (newSession: views of its own). Its
 footprint: UI off, driver bound to loopback (local mode), a spark.local.dir of its own under
-QA_VAR_DIR/spark/<pid> emptied at start and removed at exit, Spark's own logging at ERROR (the
-pipeline logs one line per chunk), and the JVM in a session of its own, so that a SIGTERM to
-the worker's process group (Ctrl-C in a terminal, a supervisor stopping the group) reaches the
-worker, which finishes its chunk, and not the JVM under it.
+QA_VAR_DIR/spark/<pid> emptied at start and removed at exit (a dead worker's is removed by the
+next worker's start), Spark's own logging at ERROR, and the JVM in a session of its own, so
+that a SIGTERM to the worker's process group reaches the worker, which finishes its chunk, and
+not the JVM under it.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import hashlib
 import logging
 import os
 import re
@@ -33,6 +39,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("queueadmin.pipeline")
 
 _LOCK = threading.Lock()
+_SLOT = threading.local()  # Spark Connect: the slot's own session (.session, .url)
 _SESSION: SparkSession | None = None
 _OWNED = False  # made here (stopped at exit), not handed in by use_session()
 _LOCAL_DIR: Path | None = None
@@ -47,10 +54,14 @@ class SparkConfError(ValueError):
 
 @dataclass(frozen=True)
 class SparkTarget:
-    """Where the sessions of this process run: a master URL or a Spark Connect URL."""
+    """Where the sessions of this process run: a Spark Connect URL (remote), else a master URL
+    for classic sessions. `expected`: Spark was configured for this process (SPARK_REMOTE or
+    SPARK_MASTER given, as the stack gives its workers), so a worker waits for it before its
+    first task."""
 
     master: str = "local[*]"
     remote: str = ""
+    expected: bool = True
     shuffle_partitions: int = 0  # 0: default_shuffle_partitions(master)
     ui: bool = False
     conf: tuple[tuple[str, str], ...] = ()  # more settings (SPARK_CONF), over the defaults
@@ -68,14 +79,18 @@ class SparkTarget:
 
 
 def target_from_settings() -> SparkTarget:
-    """SPARK_MASTER / SPARK_REMOTE / SPARK_SHUFFLE_PARTITIONS / SPARK_UI / SPARK_CONF from
-    Django settings, read when the first session is made. SparkConfError for a SPARK_CONF
-    that is not a list of spark.* settings."""
+    """SPARK_REMOTE / SPARK_MASTER / SPARK_SHUFFLE_PARTITIONS / SPARK_UI / SPARK_CONF from
+    Django settings, read when the first session is made: SPARK_REMOTE, else SPARK_MASTER,
+    else the stack's own Connect server (QA_SPARK_PORT). SparkConfError for a SPARK_CONF that
+    is not a list of spark.* settings."""
     from django.conf import settings
 
+    master = getattr(settings, "SPARK_MASTER", "")
+    remote = getattr(settings, "SPARK_REMOTE", "")
     return SparkTarget(
-        master=getattr(settings, "SPARK_MASTER", "") or "local[*]",
-        remote=getattr(settings, "SPARK_REMOTE", ""),
+        master=master or "local[*]",
+        remote=remote or ("" if master else embedded_url()),
+        expected=bool(remote or master),
         shuffle_partitions=int(getattr(settings, "SPARK_SHUFFLE_PARTITIONS", 0)),
         ui=bool(getattr(settings, "SPARK_UI", False)),
         conf=parse_conf(getattr(settings, "SPARK_CONF", "")),
@@ -99,6 +114,21 @@ def parse_conf(text: str) -> tuple[tuple[str, str], ...]:
                 "(e.g. spark.driver.memory=8g;spark.executor.memory=4g)")
         out.append((key, value))
     return tuple(out)
+
+
+def embedded_url() -> str:
+    """The stack's own Spark Connect server (core.pipeline.server)."""
+    from django.conf import settings
+
+    return f"sc://127.0.0.1:{int(settings.SPARK_CONNECT_PORT)}"
+
+
+def job_pool(job_id: str) -> str:
+    """The FAIR scheduler pool of a data job's Spark jobs. Spark never forgets a pool and
+    sorts them all at every scheduling round, so jobs share 1,024 pools by a hash of their id
+    (two running jobs meet in one pool, and queue there in order, once in 1,024)."""
+    n = int.from_bytes(hashlib.blake2b(job_id.encode(), digest_size=4).digest(), "big") % 1024
+    return f"queueadmin-{n:04d}"
 
 
 def default_shuffle_partitions(master: str) -> int:
@@ -198,6 +228,108 @@ def get_session() -> SparkSession:
         return _SESSION
 
 
+def connect_session(url: str) -> SparkSession:
+    """This slot's (thread's) session on the Spark Connect server at `url`, made at its first
+    use and kept: one per slot, so slots never see each other's temporary views."""
+    session: SparkSession | None = getattr(_SLOT, "session", None)
+    if session is not None and getattr(_SLOT, "url", None) == url:
+        return session
+    from pyspark.sql import SparkSession
+
+    quiet_query_context_loggers()
+    started = time.monotonic()
+    session = SparkSession.builder.remote(url).create()
+    # PySpark retries an unreachable server for ten minutes, holding the task all that time;
+    # a worker gives the task back after a few seconds instead and waits for the server.
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+
+    session.client.set_retry_policies([DefaultPolicy(max_retries=5, max_backoff=2000)])
+    _SLOT.session, _SLOT.url = session, url
+    log.info("spark connect session ready url=%s version=%s in %.1fs", _redacted(url),
+             session.version, time.monotonic() - started)
+    return session
+
+
+def forget_slot_session() -> None:
+    """Drop this slot's Connect session (its server went away, or it was restarted): the
+    next task makes a new one."""
+    session = getattr(_SLOT, "session", None)
+    _SLOT.session = _SLOT.url = None
+    if session is not None:
+        with contextlib.suppress(Exception):
+            session.client.close()
+
+
+def session_for_task(target: SparkTarget | None = None) -> SparkSession:
+    """The session a task runs in: the slot's Connect session, or (classic) a new session on
+    this process's SparkSession, with temporary views of its own."""
+    target = target or target_from_settings()
+    if target.remote:
+        return connect_session(target.remote)
+    return task_session(get_session())
+
+
+def not_ready(target: SparkTarget | None = None) -> str | None:
+    """None when a data task can run now: the Connect server answers, or (classic) this
+    process's session is up, started here if need be; else what is awaited."""
+    target = target or target_from_settings()
+    if target.remote:
+        from .server import listening, parse_url
+
+        host, port = parse_url(target.remote)
+        if listening(host, port):
+            return None
+        hint = ("the stack's own, which `make run` starts; or set SPARK_REMOTE or SPARK_MASTER"
+                if target.remote == embedded_url() else "SPARK_REMOTE")
+        return f"the Spark Connect server at {_redacted(target.remote)} does not answer ({hint})"
+    try:
+        get_session()
+    except Exception as exc:
+        return f"Spark ({target.master}) does not start: {type(exc).__name__}: {str(exc)[:200]}"
+    return None
+
+
+def connect_failure(exc: BaseException) -> bool:
+    """Whether `exc` says the Spark Connect server is unreachable, or no longer knows this
+    client's session (it was restarted): the task can run once it answers again."""
+    name = type(exc).__name__
+    text = str(exc)
+    if name in ("SparkConnectGrpcException", "RetriesExceeded", "_MultiThreadedRendezvous",
+                "_InactiveRpcError") and any(
+            s in text for s in ("UNAVAILABLE", "Connection refused", "failed to connect",
+                                "Socket closed", "Connection reset", "DEADLINE_EXCEEDED")):
+        return True
+    return any(s in text for s in ("INVALID_HANDLE.SESSION_NOT_FOUND", "SESSION_CHANGED",
+                                   "INVALID_HANDLE.SESSION_CLOSED"))
+
+
+def _redacted(url: str) -> str:
+    """A Connect URL without its token (sc://host:port/;token=...)."""
+    return re.sub(r"(token=)[^;]*", r"\1***", url)
+
+
+def clean_dead_scratch(var_dir: Path) -> list[Path]:
+    """Remove the spark.local.dir of classic worker processes that are gone (killed: nothing
+    stopped their session); returns what was removed."""
+    removed = []
+    root = var_dir / "spark"
+    for d in root.iterdir() if root.is_dir() else []:
+        if d.name.isdigit() and not _pid_alive(int(d.name)):
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
+    return removed
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def use_session(session: SparkSession | None) -> None:
     """Make `session` this process's session (tests share one); None forgets it."""
     global _SESSION, _OWNED
@@ -237,13 +369,12 @@ def master_of(session: SparkSession) -> str:
 
 
 def task_session(session: SparkSession) -> SparkSession:
-    """A session for one task: its own temporary views (`chunk`, `parts`, the job's views)
-    and SQL settings, on the shared SparkContext, so concurrent slots never see each other's
-    views. Spark Connect shares the one session."""
-    try:
-        return session.newSession()
-    except Exception:  # Spark Connect: sessions are per client; slots=1 is the rule there
+    """A session for one task on a classic SparkSession: its own temporary views (`chunk`,
+    `parts`, the job's views) and SQL settings, on the shared SparkContext, so concurrent
+    slots never see each other's views."""
+    if is_connect(session):  # a test's own Connect session: already the slot's own
         return session
+    return session.newSession()
 
 
 def is_connect(session: SparkSession) -> bool:
@@ -251,13 +382,16 @@ def is_connect(session: SparkSession) -> bool:
 
 
 @contextlib.contextmanager
-def cancellable(session: SparkSession, tag: str, should_stop: Any) -> Iterator[None]:
+def cancellable(session: SparkSession, tag: str, should_stop: Any, *,
+                pool: str | None = None) -> Iterator[None]:
     """Run the block's Spark jobs in the job group `tag` (classic Spark; an operation tag on
     Spark Connect); while it runs, a watcher thread asks `should_stop()` every 0.2 s and
     cancels the group when it says so (the task's request was cancelled, or its lease was
     lost). A job group, not a job tag, on classic Spark: SQL executions there do not carry
     the thread's job tags (measured on 4.3: cancelJobsWithTag left the job running)."""
     connect = is_connect(session)
+    if pool is not None:  # SQL settings starting with spark. reach the jobs' local properties
+        session.conf.set("spark.scheduler.pool", pool)
     if connect:
         session.addTag(tag)
     else:

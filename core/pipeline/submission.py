@@ -1,7 +1,7 @@
 """What a person asks for when submitting a data job, checked once for every way in: the
 options of `datajob submit` and the fields of the console's form both come here, so both
-refuse the same things with the same words. Nothing here needs Spark (the CLI then runs
-core.pipeline.check on top; the console leaves that analysis to the split task).
+refuse the same things with the same words, in milliseconds: nothing here needs Spark (what
+only Spark can tell, the split task finds).
 
 Numbers may come as ints (argparse) or as text (a form); text that is not a whole number is
 refused here, and the bounds are the engine's own (core.queue.base.int_in)."""
@@ -17,8 +17,10 @@ from core.queue.keys import validate_id
 from core.queue.produce import DEFAULT_CONCURRENCY, MAX_ATTEMPTS, new_request_id
 
 from . import transforms
+from .check import make_spec
 from .jobs import QueueOptions
-from .spec import JobSpec, SpecError, make_spec, parse_views
+from .roots import DataRoots
+from .spec import JobSpec, SpecError, parse_views
 
 MAX_JOB_ID = 120  # the combine follow-up appends ".combine" to a 128-character id
 _INTEGER = re.compile(r"-?\d{1,12}")
@@ -83,10 +85,11 @@ def job_spec(
     *, input: str, format: str, output: str, output_format: str = "parquet",
     sql: str | None = None, transform: str | None = None, combine_sql: str | None = None,
     views: Sequence[str] = (), chunks: Number = None, rows_per_chunk: Number = None,
-    overwrite: bool = False, request_id: str | None = None,
+    overwrite: bool = False, request_id: str | None = None, roots: DataRoots | None = None,
 ) -> JobSpec:
-    """The job's spec after every check that needs no Spark; SpecError saying what to
-    change. `views` are NAME=PATH items; `sql`/`transform` None when not given."""
+    """The job's spec after every check (check.make_spec: paths under the data roots, the
+    SQL's tree, its columns against the input's metadata); SpecError saying what to change.
+    `views` are NAME=PATH items; `sql`/`transform` None when not given."""
     if not input.strip():
         raise SpecError("--input is required: the path or glob of the data to read")
     if not output.strip():
@@ -98,4 +101,4 @@ def job_spec(
     return make_spec(job_id=jid, input=input, format=format, output=output,
                      output_format=output_format, sql=sql, transform=transform,
                      combine_sql=combine_sql, views=parse_views(list(views)), chunks=n_chunks,
-                     rows_per_chunk=n_rows, overwrite=overwrite)
+                     rows_per_chunk=n_rows, overwrite=overwrite, roots=roots)

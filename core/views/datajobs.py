@@ -138,8 +138,8 @@ def _posted(request: HttpRequest) -> dict[str, Any]:
 
 
 def _checked(form: dict[str, Any]) -> tuple[JobSpec, QueueOptions]:
-    """The form through the checks `datajob submit` makes (core.pipeline.submission), all
-    but Spark's analysis of the SQL; a blank field is an option not given."""
+    """The form through the checks `datajob submit` makes (core.pipeline.submission): the
+    same refusals in the same words; a blank field is an option not given."""
     options = submission.queue_options(
         priority=form["priority"], concurrency=form["concurrency"], tenant=form["tenant"],
         max_attempts=form["max_attempts"])

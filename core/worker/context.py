@@ -28,6 +28,12 @@ class Permanent(Exception):
     permanent = True
 
 
+class Unavailable(Exception):
+    """Raised by a handler when something it needs is down (the Spark server it talks to): the
+    task goes back to waiting at once, without counting an attempt, and the slot takes no more
+    work until the handler's readiness check (Registry.register's `ready`) passes again."""
+
+
 class TimeLimitExceeded(Exception):
     """Raised by TaskContext.check() once the task has run past its hard time limit. The task
     has already been failed (retried or dead-lettered) by the heartbeat."""

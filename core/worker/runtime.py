@@ -27,7 +27,7 @@ from core.queue.keys import validate_id
 from core.queue.models import FailOutcome
 
 from .acks import PendingAcks
-from .context import Cancelled, LeaseGone, TaskContext, TimeLimitExceeded
+from .context import Cancelled, LeaseGone, TaskContext, TimeLimitExceeded, Unavailable
 from .heartbeat import Heartbeat, default_name
 from .held import Held
 from .outage import Outage
@@ -40,6 +40,7 @@ SLOW_TASK_S = 0.05  # a task this slow sends the batch back to one
 # Redis unreachable or answering with an error for now: log once, back off, carry on.
 PASSING = (RedisUnavailable, RedisReplyError)
 ACK_FLUSH_S = 0.02  # a finished task's ack waits at most this long for the rest of its batch
+READY_POLL_S = 0.5  # how often a waiting worker asks its handlers' readiness checks again
 
 
 @dataclass
@@ -106,6 +107,8 @@ class Worker:
         self._started = time.time()
         self._signals = 0
         self._grace_deadline: float | None = None
+        self._waiting_for: str | None = None  # what a readiness check waits for, if anything
+        self._ready_lock = threading.Lock()
         # Finished tasks whose ack rides on the slot's next call; the main thread sends them
         # itself on a hard stop, so finished work is not released and run again.
         self._acks = [PendingAcks([q.name for q in queues]) for _ in range(self.config.slots)]
@@ -140,6 +143,9 @@ class Worker:
                  self.name, ",".join(q.name for q in self.queues), self.config.slots,
                  os.getpid(), self.config.dead_after, ",".join(self.registry.names()))
         self.heartbeat.start()
+        # Before any lease: a worker that cannot run a task yet (its Spark not up) takes none,
+        # so no task waits on it while another worker could run it.
+        self._wait_ready(starting=True)
         self._flusher.start()
         slots = [
             threading.Thread(target=self._slot, args=(i,), name=f"slot-{i}", daemon=True)
@@ -217,7 +223,27 @@ class Worker:
             "queues": [q.name for q in self.queues], "started": int(self._started),
             "processed": self.processed, "failed": self.failed, "running": self.held.count(),
             "stopping": self.stopping.is_set(),
+            **({"waiting": self._waiting_for} if self._waiting_for else {}),
         }
+
+    def _wait_ready(self, handlers: list[str] | None = None, *, starting: bool = False) -> None:
+        """Block until the handlers' readiness checks pass (or the worker stops), saying once
+        what it waits for. One slot asks at a time; the others wait behind it."""
+        with self._ready_lock:
+            said = None
+            since = time.monotonic()
+            while not self.stopping.is_set():
+                reason = self.registry.not_ready(handlers, starting=starting)
+                self._waiting_for = reason
+                if reason is None:
+                    if said is not None:
+                        log.info("ready worker=%s: takes tasks (it waited %.1f s while %s)",
+                                 self.name, time.monotonic() - since, said)
+                    return
+                if reason != said:
+                    log.warning("waiting worker=%s: takes no task while %s", self.name, reason)
+                    said = reason
+                self.stopping.wait(READY_POLL_S)
 
     # -- the slot loop ------------------------------------------------------------------
 
@@ -415,6 +441,11 @@ class Worker:
             log.info("task stopped: request cancelled queue=%s request=%s task=%s worker=%s",
                      q.name, ctx.request_id, ctx.task_id, self.name)
             self._finish(q, [ctx], q.release)
+        except Unavailable as exc:
+            log.warning("task given back: %s queue=%s request=%s task=%s worker=%s", exc,
+                        q.name, ctx.request_id, ctx.task_id, self.name)
+            self._finish(q, [ctx], q.release)
+            self._wait_ready([lease.handler])
         except LeaseGone:
             log.warning("task stopped: lease lost queue=%s request=%s task=%s worker=%s",
                         q.name, ctx.request_id, ctx.task_id, self.name)

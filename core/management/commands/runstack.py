@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from core.cli import raw_stream
-from core.stack import run_stack
+from core.stack import WORKER_SLOTS, run_stack
 
 
 class Command(BaseCommand):
@@ -24,11 +24,15 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=int, help="port to serve on (default: PORT or 8000)")
         parser.add_argument("--workers", type=int, default=2,
                             help="runworker processes on the default queue (default 2)")
+        parser.add_argument("--slots", type=int, default=WORKER_SLOTS,
+                            help=f"task slots of each worker (default {WORKER_SLOTS})")
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["workers"] < 0:
             raise CommandError("--workers must be 0 or more")
+        if options["slots"] < 1:
+            raise CommandError("--slots must be 1 or more")
         run_stack(
             host=options["host"], port=options["port"], out=raw_stream(self.stdout),
-            workers=options["workers"],
+            workers=options["workers"], slots=options["slots"],
         )
