@@ -24,6 +24,7 @@ SPARK_REMOTE   the Spark Connect server the workers run data jobs on, sc://host:
                the stack's own, started by `runstack` on 127.0.0.1:QA_SPARK_PORT)
 SPARK_MASTER   instead, a classic Spark session in each worker: local[N] or a standalone
                master spark://host:7077 (SPARK_REMOTE wins when both are set)
+QA_SPARK       "off": no Spark at all (the stack starts none, workers run no data jobs)
 QA_SPARK_PORT  port of the stack's Spark Connect server (default 15390)
 QA_SPARK_MEMORY  the stack's Spark server's driver memory (default 1g)
 QA_DATA_ROOTS  comma-separated folders (or URL prefixes) data jobs may read (default:
@@ -94,7 +95,8 @@ QUEUEADMIN_HANDLER_MODULES = _env_list("QA_HANDLER_MODULES", "")
 # neither SPARK_REMOTE nor SPARK_MASTER: the stack's own Connect server, core/pipeline/server.py).
 SPARK_MASTER = os.environ.get("SPARK_MASTER", "").strip()
 SPARK_REMOTE = os.environ.get("SPARK_REMOTE", "").strip()
-EMBEDDED_SPARK = not (SPARK_REMOTE or SPARK_MASTER)
+SPARK_OFF = os.environ.get("QA_SPARK", "").strip().lower() == "off"
+EMBEDDED_SPARK = not (SPARK_REMOTE or SPARK_MASTER or SPARK_OFF)
 SPARK_CONNECT_PORT = int(os.environ.get("QA_SPARK_PORT") or "15390")
 SPARK_MEMORY = os.environ.get("QA_SPARK_MEMORY", "").strip() or "1g"
 SPARK_SHUFFLE_PARTITIONS = int(os.environ.get("SPARK_SHUFFLE_PARTITIONS") or "0")  # 0: by master

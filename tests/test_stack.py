@@ -68,13 +68,15 @@ def start_stack(tmp_path: Path) -> Iterator[StartStack]:
         base = {
             k: v for k, v in os.environ.items()
             if k not in ("REDIS_URL", "DATABASE_URL", "QA_ADMIN_PASSWORD", "SECRET_KEY",
-                         "QA_REDIS_FSYNC", "QUEUE_PREFIX")
+                         "QA_REDIS_FSYNC", "QUEUE_PREFIX", "SPARK_REMOTE", "SPARK_MASTER")
         }
         var_dir = tmp_path / "var"
         process = subprocess.Popen(
             argv or [sys.executable, "manage.py", "runstack", *args],
             cwd=ROOT, env={**base, "PORT": str(port), "HOST": "127.0.0.1",
-                           "QA_VAR_DIR": str(var_dir), "PYTHONUNBUFFERED": "1", **env},
+                           "QA_VAR_DIR": str(var_dir), "PYTHONUNBUFFERED": "1",
+                           # no Spark unless a test asks for it (a JVM start per stack)
+                           "QA_SPARK": "off", **env},
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             start_new_session=True,  # signals for the test runner must not reach it
         )

@@ -24,8 +24,7 @@ def run_worker(
 ) -> int:
     """Build the queues, import handler modules, check Redis answers, run; returns 0."""
     registry = registry or default_registry
-    # core.pipeline.tasks: the data job handler; it imports no PySpark until its first task.
-    registry.load(["core.worker.builtins", "core.pipeline.tasks", *handler_modules])
+    registry.load(["core.worker.builtins", *handler_modules])
     names = list(dict.fromkeys(validate_id(n, "queue name") for n in queue_names))
     queues = [make_queue(n) for n in names]
     for q in queues:

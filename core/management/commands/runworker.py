@@ -76,6 +76,9 @@ class Command(BaseCommand):
             run_worker(
                 options["queue"] or ["default"], get_queue, config,
                 handler_modules=[
+                    # the data job handler (it imports no PySpark until its first task),
+                    # unless this installation runs no data jobs (QA_SPARK=off)
+                    *([] if settings.SPARK_OFF else ["core.pipeline.tasks"]),
                     *getattr(settings, "QUEUEADMIN_HANDLER_MODULES", []), *options["imports"]
                 ],
             )
