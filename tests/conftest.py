@@ -231,4 +231,9 @@ def cluster_layout(redis_cluster: RedisCluster) -> ClusterLayout:
 # -- Spark ---------------------------------------------------------------------------------
 # The run's Spark Connect server and a session on it, for every test that asks (one server
 # per test process, started at the first such test).
-from tests.pipeline_support import connect_url, spark_session  # noqa: E402, F401
+from tests.pipeline_support import (  # noqa: E402, F401
+    connect_url,
+    dq,
+    flights_parquet,
+    spark_session,
+)

@@ -100,7 +100,7 @@ def follow(q: Queue, job_id: str, *, timeout: float | None = None,
         def show(st: jobs.JobStatus) -> None:
             for k in sorted(set(st.reports) - printed):
                 r = st.reports[k]
-                console.print(f"chunk {k}: {r.rows_in:,} rows in, {r.rows_out:,} out, "
+                console.print(f"chunk {k}: {_rows(r.rows_in)} rows in, {r.rows_out:,} out, "
                               f"{r.seconds:.2f}s (attempt {r.attempt}, {r.worker})")
                 printed.add(k)
             if st.chunks is not None:
@@ -116,11 +116,15 @@ def follow(q: Queue, job_id: str, *, timeout: float | None = None,
     return finished(st, stdout)
 
 
+def _rows(n: int | None) -> str:
+    return "?" if n is None else f"{n:,}"
+
+
 def finished(st: jobs.JobStatus, stdout: TextIO) -> jobs.JobStatus:
     """Print the end of a job; CommandError unless it is done."""
     if st.state == "done" and st.manifest is not None:
         m = st.manifest
-        stdout.write(f"done: {m['rows_in']:,} rows in, {m['rows_out']:,} rows out, "
+        stdout.write(f"done: {_rows(m['rows_in'])} rows in, {m['rows_out']:,} rows out, "
                      f"{len(m['chunks'])} chunks -> {m['output']} ({m['output_format']})\n")
         return st
     if st.state == "failed":

@@ -50,6 +50,8 @@ def is_permanent(exc: BaseException) -> bool:
         return True
     if "PARQUET_COLUMN_DATA_TYPE_MISMATCH" in text or "SchemaColumnConvertNotSupported" in text:
         return True
+    if re.search(r"SQLSTATE: 22\w{3}", text):  # a data exception: a value the SQL cannot take
+        return True
     return type(exc).__name__ == "AnalysisException" and not (
         "PATH_NOT_FOUND" in text or "does not exist" in text)
 

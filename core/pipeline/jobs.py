@@ -139,7 +139,7 @@ def submit(q: Queue, spec: JobSpec, options: QueueOptions | None = None) -> bool
 @dataclass
 class ChunkReport:
     chunk: int
-    rows_in: int
+    rows_in: int | None  # None: not counted (a CSV or JSON chunk)
     rows_out: int
     seconds: float
     attempt: int

@@ -54,6 +54,10 @@ class InputFile:
         return sum(self.group_rows)
 
 
+class InputError(ValueError):
+    """An input file that cannot be read as the job says; the message names it."""
+
+
 @dataclass(frozen=True)
 class Listing:
     """An input's data files in a stable order, and the folder whose `name=value` subfolders
@@ -92,7 +96,13 @@ def read_footers(paths: list[str], columns: list[str] | None = None) -> list[Inp
     wanted = {c.lower() for c in columns} if columns is not None else None
     out = []
     for path in paths:
-        md = pq.ParquetFile(path).metadata
+        try:
+            md = pq.ParquetFile(path).metadata
+        except FileNotFoundError:
+            raise
+        except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+            raise InputError(f"{path} is corrupt or not Parquet (--format): "
+                             f"{type(exc).__name__}: {exc}") from exc
         rows, sizes = [], []
         for i in range(md.num_row_groups):
             rg = md.row_group(i)
@@ -202,17 +212,13 @@ def _group_span(f: InputFile, start: int, stop: int) -> tuple[int | None, int | 
 
 
 def file_reads(files: list[InputFile], n: int, base: str | None) -> list[dict[str, Any]]:
-    """n chunks of whole files, of about equal bytes (n at most the number of files)."""
+    """n chunks of whole files, of about equal bytes (n at most the number of files), each
+    file a row group of one row for cut_points, so the cuts fall between files."""
     n = max(1, min(n, len(files)))
-    total = sum(f.size for f in files) or 1
-    out: list[dict[str, Any]] = [{"files": [], **({"base": base} if base else {})}
-                                 for _ in range(n)]
-    done = 0
-    for f in files:
-        k = min(n - 1, done * n // total)
-        out[k]["files"].append(f.path)
-        done += f.size
-    return [r for r in out if r["files"]] or out[:1]
+    as_groups = [InputFile(f.path, f.size, (1,), (max(f.size, 1),)) for f in files]
+    extra = {"base": base} if base else {}
+    return [{"files": [f.path for f in files[lo:hi]], **extra}
+            for lo, hi in itertools.pairwise(cut_points(as_groups, n))]
 
 
 def range_reads(files: list[InputFile], n: int) -> list[dict[str, Any]]:

@@ -207,13 +207,25 @@ def _plan(spec: JobSpec, listing: plan.Listing, statements: check.Statements, re
           free_slots: int) -> tuple[list[dict[str, Any]], str, int | None]:
     """The chunks' reads, how the input was cut, and its rows (None when not known)."""
     local = is_local(spec.input)
-    if spec.format == "parquet" and local and listing.base is None:
+    if spec.format == "parquet" and local:
         reads_cols = statements.sql.reads.get("chunk") if statements.sql and \
             statements.sql.reads else None
-        files = plan.read_footers(listing.files, sorted(reads_cols) if reads_cols else None)
+        try:
+            files = plan.read_footers(listing.files, sorted(reads_cols) if reads_cols else None)
+        except plan.InputError as exc:  # no retry changes the file
+            raise DataJobError(f"the split of job {spec.job_id}: {exc}", permanent=True) from exc
+        except FileNotFoundError as exc:
+            raise DataJobError(f"the split of job {spec.job_id}: a file is missing (moved or "
+                               f"deleted since the job was submitted?): {exc}") from exc
         rows = sum(f.rows for f in files)
         work = sum(sum(f.group_bytes) for f in files)
         n = plan.chunk_count(spec, rows=rows, work_bytes=work, free_slots=free_slots)
+        if listing.base is not None:  # partition columns: whole files, read by Spark's reader
+            by_path = {f.path: f for f in files}
+            weighed = [plan.InputFile(f.path, sum(f.group_bytes)) for f in files]
+            reads = [{**r, "known_rows": sum(by_path[p].rows for p in r["files"])}
+                     for r in plan.file_reads(weighed, n, listing.base)]
+            return reads, "files", rows
         reads = plan.parquet_reads(files, n, None)
         if not reader:  # without the project's reader, row groups are read as rows
             reads = [_groups_as_rows(r, files) for r in reads]
@@ -276,10 +288,9 @@ def chunk(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext,
         read = json.loads(text)
     with sparking(spec, payload, ctx) as session:
         df = chunk_frame(session, spec, read, record)
+        # Known from the Parquet footers; a CSV or JSON chunk's rows are not counted (Spark
+        # reports no observation made below the result of a write).
         known = read.get("known_rows")
-        seen_in = Observation(f"in_{k}")
-        if known is None:
-            df = df.observe(seen_in, F.count(F.lit(1)).alias("rows"))
         result = _transform(session, spec, df, statements)
         seen = Observation(f"rows_{k}")
         target = spec.part_dir(k)
@@ -288,15 +299,15 @@ def chunk(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext,
         io.write(result.observe(seen, F.count(F.lit(1)).alias("rows")), tmp,
                  spec.parts_format, one_file=False)
         rows_out = int(seen.get["rows"])
-        rows_in = int(known) if known is not None else int(seen_in.get["rows"])
+        rows_in = int(known) if known is not None else None
         ctx.check()  # not cancelled, still ours: only then does the part replace the old one
         io.replace_dir(tmp, target)
     report = {"chunk": k, "rows_in": rows_in, "rows_out": rows_out,
               "seconds": round(time.monotonic() - started, 3), "attempt": ctx.attempt,
               "worker": ctx.worker}
     q.redis.hset(key, f"chunk:{k}", json.dumps(report))
-    log.info("chunk job=%s chunk=%d rows_in=%d rows_out=%d attempt=%d in %.2fs", spec.job_id,
-             k, rows_in, rows_out, ctx.attempt, report["seconds"])
+    log.info("chunk job=%s chunk=%d rows_in=%s rows_out=%d attempt=%d in %.2fs", spec.job_id,
+             k, "?" if rows_in is None else rows_in, rows_out, ctx.attempt, report["seconds"])
     return report
 
 
@@ -390,7 +401,8 @@ def combine(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext,
         "output": spec.output, "output_format": spec.output_format,
         "split": rec.get("split", "files"),
         "chunks": [reports.get(k) for k in range(n)],
-        "rows_in": sum(int(r["rows_in"]) for r in reports.values()),
+        "rows_in": None if any(r["rows_in"] is None for r in reports.values())
+        else sum(int(r["rows_in"]) for r in reports.values()),
         "rows_out": rows_out,
         "chunk_seconds": round(sum(float(r["seconds"]) for r in reports.values()), 3),
         "combine_seconds": round(time.monotonic() - started, 3),

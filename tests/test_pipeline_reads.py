@@ -1,0 +1,234 @@
+"""Chunks read where they are, on the run's Spark Connect server: the same job gives the same
+output whatever the input's layout (one file of one row group, one file of many, many files,
+a partitioned folder, CSV, JSON lines) and however many chunks, every row once; and what goes
+wrong with the input is a message that says what (a corrupt file, a file removed, files of
+different schemas, SQL that only Spark can tell is wrong)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from core.pipeline import jobs
+from core.pipeline.transforms import transform
+from core.queue import Queue
+from core.worker import Worker, WorkerConfig
+from tests.pipeline_support import flights, run_job, run_worker, spec_for
+
+pytestmark = pytest.mark.slow
+
+SQL = "SELECT carrier, month, dep_delay, id FROM chunk WHERE dep_delay IS NOT NULL"
+LAYOUTS = ("one group", "many groups", "many files", "partitioned", "csv", "json")
+
+
+def write_groups(path: Path, df: pd.DataFrame, group_rows: int) -> None:
+    pq.write_table(pa.Table.from_pandas(df, preserve_index=False), path,
+                   row_group_size=group_rows)
+
+
+def lay_out(tmp_path: Path, df: pd.DataFrame, layout: str) -> tuple[Path, str]:
+    """The same rows as an input of `layout`, and its format."""
+    if layout == "many files":
+        d = tmp_path / "files"
+        d.mkdir()
+        for i in range(0, len(df), 100):
+            write_groups(d / f"part-{i:05d}.parquet", df.iloc[i:i + 100], 100)
+        return d, "parquet"
+    if layout == "partitioned":
+        d = tmp_path / "by_carrier"
+        for carrier, rows in df.groupby("carrier"):
+            (d / f"carrier={carrier}").mkdir(parents=True)
+            write_groups(d / f"carrier={carrier}" / "part-0.parquet",
+                         rows.drop(columns="carrier"), 1000)
+        return d, "parquet"
+    if layout == "csv":
+        path = tmp_path / "flights.csv"
+        df.to_csv(path, index=False)
+        return path, "csv"
+    if layout == "json":
+        path = tmp_path / "flights.jsonl"
+        path.write_text("".join(json.dumps({k: (None if pd.isna(v) else v) for k, v in r.items()})
+                                + "\n" for r in df.to_dict("records")))
+        return path, "json"
+    path = tmp_path / f"{layout.replace(' ', '_')}.parquet"
+    write_groups(path, df, len(df) if layout == "one group" else 50)
+    return path, "parquet"
+
+
+def rows_of(spark_session: Any, path: str) -> list[tuple[Any, ...]]:
+    got = spark_session.read.parquet(path).selectExpr(
+        "carrier", "cast(month AS bigint) AS month", "cast(dep_delay AS double) AS d",
+        "cast(id AS bigint) AS id").collect()
+    return sorted((r.carrier, r.month, r.d, r.id) for r in got)
+
+
+def test_the_same_job_gives_the_same_output_whatever_the_layout_and_chunks(
+    dq: Queue, spark_session: Any, tmp_path: Path
+) -> None:
+    df = flights(600)
+    kept = df[df.dep_delay.notna()]
+    want = sorted(zip(kept.carrier, kept.month, kept.dep_delay, kept.id, strict=True))
+    splits = {}
+    for layout in LAYOUTS:
+        data, fmt = lay_out(tmp_path, df, layout)
+        for n in (1, 3, 8):
+            job = f"{layout.replace(' ', '-')}-{n}"
+            spec = spec_for(tmp_path, data, format=fmt, sql=SQL, chunks=n, job_id=job,
+                            output=str(tmp_path / f"out-{job}"))
+            st = run_job(dq, spec)
+            assert st.state == "done", (layout, n, st.failures)
+            assert st.manifest is not None
+            if fmt == "parquet":  # from the footers; a CSV's or JSON's rows are not counted
+                assert sum(c["rows_in"] for c in st.manifest["chunks"]) == len(df)
+                assert st.manifest["rows_in"] == len(df)
+            else:
+                assert st.manifest["rows_in"] is None
+            splits[(layout, n)] = (st.manifest["split"], len(st.manifest["chunks"]))
+            assert rows_of(spark_session, spec.output) == want, (layout, n)
+            assert not spec.staging.exists()
+    assert splits[("one group", 3)] == ("rows", 3)  # 600 rows in one group: cut on rows
+    assert splits[("many groups", 8)] == ("row groups", 8)  # 12 groups of 50
+    assert splits[("many files", 3)] == ("files", 3)  # 6 files of 100: whole files
+    assert splits[("many files", 8)] == ("rows", 8)  # more chunks than groups
+    assert splits[("partitioned", 3)] == ("files", 3)  # 5 folders, one file each
+    assert splits[("partitioned", 8)] == ("files", 5)  # never more chunks than files there
+    assert splits[("csv", 3)] == ("byte ranges", 3)
+    assert splits[("json", 8)] == ("byte ranges", 8)
+
+
+def test_a_python_transform_gets_every_column_of_its_slice(
+    dq: Queue, connect_url: str, spark_session: Any, tmp_path: Path
+) -> None:
+    @transform("pipeline_test_all_columns")
+    def all_columns(chunk: Any) -> Any:
+        return chunk.selectExpr(f"'{','.join(chunk.columns)}' AS cols").limit(1)
+
+    data, _ = lay_out(tmp_path, flights(600), "many groups")
+    spec = spec_for(tmp_path, data, transform="pipeline_test_all_columns", chunks=3)
+    st = run_job(dq, spec)
+    assert st.state == "done", st.failures
+    got = {r.cols for r in spark_session.read.parquet(spec.output).collect()}
+    assert got == {"id,carrier,month,dep_delay,distance"}
+
+
+def test_a_corrupt_input_file_fails_the_split_with_a_message(
+    dq: Queue, connect_url: str, tmp_path: Path
+) -> None:
+    d = tmp_path / "files"
+    d.mkdir()
+    write_groups(d / "a.parquet", flights(10), 10)
+    write_groups(d / "b.parquet", flights(10), 10)
+    spec = spec_for(tmp_path, d, sql=SQL, chunks=2)
+    (d / "b.parquet").write_bytes(b"this is not parquet")  # after the submit's checks
+    st = run_job(dq, spec, max_attempts=1)
+    assert st.state == "failed"
+    [failure] = st.failures
+    assert failure.startswith("the split failed after 1 attempt(s)"), failure
+    assert f"{d / 'b.parquet'} is corrupt or not Parquet (--format)" in failure, failure
+
+
+def test_an_input_file_removed_after_the_split_fails_its_chunk_with_a_message(
+    dq: Queue, connect_url: str, tmp_path: Path
+) -> None:
+    data, _ = lay_out(tmp_path, flights(600), "many groups")
+    spec = spec_for(tmp_path, data, sql=SQL, chunks=3)
+    jobs.submit(dq, spec, jobs.QueueOptions(max_attempts=1))
+    import core.pipeline.tasks  # noqa: F401  (registers the datajob handler)
+
+    Worker([dq], WorkerConfig(burst=True, heartbeat="thread", max_tasks=1, prefetch=1,
+                              idle_wait=0.1, grace=5)).run()  # the split alone
+    assert jobs.status(dq, spec.job_id).chunks == 3
+    data.unlink()
+    run_worker(dq)
+    st = jobs.status(dq, spec.job_id)
+    assert st.state == "failed"
+    assert len(st.failures) == 3
+    assert all("many_groups.parquet" in f for f in st.failures), st.failures
+
+
+def test_files_of_different_schemas_fail_with_a_message_naming_the_mismatch(
+    dq: Queue, connect_url: str, tmp_path: Path
+) -> None:
+    d = tmp_path / "files"
+    d.mkdir()
+    df = flights(10)
+    write_groups(d / "a.parquet", df[["id", "carrier"]], 10)
+    write_groups(d / "b.parquet", df[["carrier"]].assign(id=df.id.astype(str)), 10)
+    spec = spec_for(tmp_path, d, sql="SELECT id, carrier FROM chunk", chunks=2)
+    st = run_job(dq, spec, max_attempts=1)
+    assert st.state == "failed"
+    assert any("do not share one schema" in f or "PARQUET_COLUMN_DATA_TYPE_MISMATCH" in f
+               for f in st.failures), st.failures
+
+
+def test_sql_only_spark_can_refuse_fails_the_split_once_with_its_reason(
+    dq: Queue, connect_url: str, tmp_path: Path
+) -> None:
+    """The submit's check resolves names; a type Spark will not accept (size() of a number
+    here) is found by the split's analysis on Spark: one dead letter, at the first attempt,
+    and no chunk ever runs."""
+    data, _ = lay_out(tmp_path, flights(600), "many groups")
+    spec = spec_for(tmp_path, data, sql="SELECT size(month) AS x FROM chunk", chunks=3)
+    st = run_job(dq, spec, max_attempts=3)
+    assert st.state == "failed"
+    [failure] = st.failures
+    assert failure.startswith("the split failed after 1 attempt(s)"), failure
+    assert "--sql cannot run on this data" in failure, failure
+    assert st.chunks is None
+
+
+def test_a_value_the_sql_cannot_take_fails_each_chunk_once_not_three_times(
+    dq: Queue, connect_url: str, tmp_path: Path
+) -> None:
+    """A data exception (SQLSTATE 22...: a carrier code cast to a date) is in the data: no
+    retry changes it, so each chunk is a dead letter at its first attempt."""
+    data, _ = lay_out(tmp_path, flights(60), "many groups")
+    spec = spec_for(tmp_path, data, sql="SELECT add_months(carrier, 1) AS x FROM chunk",
+                    chunks=2)
+    st = run_job(dq, spec, max_attempts=3)
+    assert st.state == "failed" and len(st.failures) == 2
+    assert all(" after 1 attempt(s) " in f and "CAST_INVALID_INPUT" in f
+               for f in st.failures), st.failures
+
+
+def test_a_failed_job_cancelled_to_tidy_up_still_says_it_failed(
+    dq: Queue, connect_url: str, tmp_path: Path
+) -> None:
+    data, _ = lay_out(tmp_path, flights(60), "one group")
+    spec = spec_for(tmp_path, data, sql="SELECT size(month) AS x FROM chunk", chunks=2)
+    st = run_job(dq, spec)
+    assert st.state == "failed" and len(st.failures) == 1
+    (spec.staging / "parts" / "00000").mkdir(parents=True)  # as a failed job may leave it
+    assert jobs.remove_staging(dq, spec.job_id).removed_bytes is None  # failed: kept
+    [done] = jobs.cancel(dq, [spec.job_id], wait_s=0)
+    assert done.removed_bytes is not None and not spec.staging.exists()  # cancelled: gone
+    after = jobs.status(dq, spec.job_id)
+    assert after.state == "failed" and after.cancelled
+    assert after.failures == st.failures
+
+
+def test_concurrent_slots_keep_their_views_apart(
+    dq: Queue, connect_url: str, spark_session: Any, tmp_path: Path
+) -> None:
+    """Two slots of one worker, each its own Connect session: two jobs whose chunks run at
+    once never read each other's `chunk` view."""
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+    a, _ = lay_out(tmp_path / "a", flights(400, seed=1), "many groups")
+    b, _ = lay_out(tmp_path / "b", flights(400, seed=2), "many groups")
+    specs = [spec_for(tmp_path, p, sql="SELECT id, carrier FROM chunk", chunks=4, job_id=j,
+                      output=str(tmp_path / f"out-{j}")) for p, j in ((a, "ja"), (b, "jb"))]
+    for spec in specs:
+        jobs.submit(dq, spec, jobs.QueueOptions())
+    run_worker(dq, slots=2)
+    for spec, seed in zip(specs, (1, 2), strict=True):
+        assert jobs.status(dq, spec.job_id).state == "done"
+        want = flights(400, seed=seed)
+        got = spark_session.read.parquet(spec.output).toPandas().sort_values("id")
+        assert got.carrier.tolist() == want.carrier.tolist()
