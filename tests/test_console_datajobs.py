@@ -1,6 +1,7 @@
 """The console's Data jobs page (no Spark: a job's state is written as the pipeline writes it):
 the list with progress per chunk, a job's SQL, chunks, manifest and the first rows of its
-output, all escaped; the submit form for those allowed, checked like the CLI."""
+output, all escaped; the submit form for those allowed, checked like the CLI (paths under the
+data roots, the SQL's tree and its columns against the input's metadata)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from django.utils.html import escape
 
 from core.models import AuditEntry
 from core.pipeline import jobs, transforms
-from core.pipeline.spec import JobSpec, make_spec
+from core.pipeline.check import make_spec
+from core.pipeline.spec import JobSpec
 from core.queue import Queue, introspect
 from core.queue.errors import UnknownHandlerWarning
 from tests.action_fixtures import admin, operator, viewer  # noqa: F401  (fixtures)
@@ -115,21 +117,25 @@ def submitted_job(console: Queue, tmp_path: Path, *, sql: str = "SELECT * FROM c
 
 
 def split_by_hand(console: Queue, spec: JobSpec, n: int) -> None:
-    """As a worker's split would: lease the split, add n chunk tasks, seal, ack."""
+    """As a worker's split would: lease the split, add n chunk tasks (each with the slice it
+    reads; the spec stays in the job's record), seal, ack."""
     [split] = console.dequeue("w-one", count=1)
-    console.add(spec.job_id, [jobs.payload("chunk", spec, chunk=k) for k in range(n)])
+    console.add(spec.job_id, [
+        {"op": "chunk", "job": spec.job_id, "chunk": k,
+         "read": {"rows": [[spec.input, k, k + 1]], "known_rows": 1}} for k in range(n)])
     console.seal(spec.job_id)
     console.ack(split)
 
 
 def filled(tmp_path: Path, **change: str) -> dict[str, str]:
-    """A complete, acceptable form (blank optional fields), with `change` applied."""
+    """A complete, acceptable form (blank optional fields), with `change` applied ({tmp} in
+    a value stands for tmp_path)."""
     form = {"input": str(sample_input(tmp_path)), "format": "parquet", "views": "",
             "sql": "SELECT * FROM chunk", "transform": "", "combine_sql": "",
             "output": str(tmp_path / "o"), "output_format": "parquet", "chunks": "",
             "rows_per_chunk": "", "priority": "", "concurrency": "", "tenant": "",
             "max_attempts": "", "request_id": ""}
-    return {**form, **change}
+    return {**form, **{k: v.replace("{tmp}", str(tmp_path)) for k, v in change.items()}}
 
 
 @transforms.transform("console_test_passthrough")
@@ -165,7 +171,8 @@ def test_every_field_reaches_the_spec_and_the_queue_options(
     pd.DataFrame({"tailnum": ["N1"]}).to_parquet(planes, index=False)
     out = tmp_path / "done-before"
     out.mkdir()
-    (out / "_SUCCESS").touch()  # complete: only --overwrite may replace it
+    (out / "_manifest.json").write_text(json.dumps({"job": "old", "finished_at": "then"}))
+    (out / "_SUCCESS").touch()  # a data job's complete output: only --overwrite replaces it
     form = filled(
         tmp_path, views=f"planes={planes}\r\n\r\n  airports={planes}  \r\n", output=str(out),
         sql="SELECT c.carrier, count(*) AS n FROM chunk c JOIN planes p USING (tailnum) "
@@ -205,8 +212,20 @@ def test_a_registered_transform_is_offered_and_replaces_the_sql(
     assert st.spec.sql is None
 
 
+ROOTS = "is not under a data root: "
+SQL_CONSTRUCT = "a job&#x27;s SQL reads only its own views"
+
+
 @pytest.mark.parametrize(("change", "field", "message"), [
-    ({"input": "/nonexistent/x.parquet"}, "input", "does not exist"),
+    ({"input": "{tmp}/nonexistent.parquet"}, "input", "does not exist"),
+    ({"input": "/nonexistent/x.parquet"}, "input",
+     f"input &#x27;/nonexistent/x.parquet&#x27; {ROOTS}"),
+    ({"output": "/nonexistent/o"}, "output", "is not inside an output root"),
+    ({"sql": "SELEC carrier FROM chunk"}, "sql", "--sql does not parse"),
+    ({"sql": "SELECT carrier, nope FROM chunk"}, "sql",
+     "--sql names `nope`, which the data does not have (columns of the input: carrier, tailnum)"),
+    ({"sql": "SELECT * FROM parquet.`/etc/passwd`"}, "sql", SQL_CONSTRUCT),
+    ({"combine_sql": "SELECT nope FROM parts"}, "combine_sql", "--combine-sql names `nope`"),
     ({"input": ""}, "input", "--input is required"),
     ({"output": "  "}, "output", "--output is required"),
     ({"sql": ""}, "sql", "give exactly one of --sql"),
@@ -218,7 +237,9 @@ def test_a_registered_transform_is_offered_and_replaces_the_sql(
     ({"rows_per_chunk": "0"}, "rows_per_chunk", "--rows-per-chunk 0: at least 1"),
     ({"views": "chunk=/tmp"}, "views", "reserved"),
     ({"views": "planes"}, "views", "expected NAME=PATH"),
-    ({"views": "planes=/nonexistent/p.parquet"}, "views", "no such file or directory"),
+    ({"views": "planes={tmp}/nonexistent.parquet"}, "views", "no such file or directory"),
+    ({"views": "planes=/nonexistent/p.parquet"}, "views",
+     f"--view planes &#x27;/nonexistent/p.parquet&#x27; {ROOTS}"),
     ({"format": "xml"}, "format", "--format"),
     ({"output_format": "json"}, "output_format", "--output-format"),
     ({"priority": "100"}, "priority", "--priority must be between 0 and 99, got 100"),
@@ -256,7 +277,8 @@ def test_a_refused_form_keeps_what_was_typed(
                    format="csv")
     r = operator.post("/jobs/submit/", typed)
     html = r.content.decode()
-    assert r.status_code == 400 and "no such file or directory" in html
+    assert r.status_code == 400
+    assert "--view planes &#x27;/nope.parquet&#x27; is not under a data root" in html
     for name in ("input", "output", "rows_per_chunk", "priority", "concurrency", "tenant",
                  "max_attempts", "request_id"):
         assert f'name="{name}" value="{escape(typed[name])}"' in html, name
@@ -295,6 +317,12 @@ def test_a_job_id_that_is_a_plain_requests_id_is_refused_at_its_field(
      {"chunks": "2", "rows_per_chunk": "9"}),
     (["--sql", "SELECT 1 FROM chunk", "--priority", "120"], {"priority": "120"}),
     (["--sql", "SELECT 1 FROM chunk", "--tenant", "a b"], {"tenant": "a b"}),
+    (["--sql", "SELECT carrier, nope FROM chunk"], {"sql": "SELECT carrier, nope FROM chunk"}),
+    (["--sql", "SELECT reflect('java.lang.System', 'getenv', 'HOME') AS h FROM chunk"],
+     {"sql": "SELECT reflect('java.lang.System', 'getenv', 'HOME') AS h FROM chunk"}),
+    (["--sql", "SELECT 1 FROM chunk", "--input", "/etc/passwd"], {"input": "/etc/passwd"}),
+    (["--sql", "SELECT 1 FROM chunk", "--output", "/nonexistent/o"],
+     {"output": "/nonexistent/o"}),
 ])
 def test_the_form_and_the_cli_say_the_same_words(
     console: Queue, operator: Client, tmp_path: Path, cli: list[str], change: dict[str, str]
@@ -453,11 +481,13 @@ def test_a_refused_form_shows_the_job_list_its_paging_and_live_toggle_as_the_lis
 
 
 def split_failed_job(q: Queue, tmp_path: Path) -> None:
-    submitted_job(q, tmp_path, sql="SELECT nope FROM chunk",
+    """A job whose SQL passed the checks at the form (its columns exist) but not Spark's
+    analysis, which its split task runs: the split fails on its only attempt."""
+    submitted_job(q, tmp_path, sql="SELECT carrier, count(*) AS n FROM chunk GROUP BY tailnum",
                   options=jobs.QueueOptions(max_attempts=1))
     [split] = q.dequeue("w-one", count=1)
-    q.fail(split, "DataJobError: the split of job dj1: AnalysisException: column nope "
-                  "cannot be resolved " + "y" * 300)
+    q.fail(split, "DataJobError: the split of job dj1: --sql cannot run on this data: "
+                  "[MISSING_AGGREGATION] carrier is not in the GROUP BY " + "y" * 300)
     mirror(q)
 
 
@@ -469,7 +499,8 @@ def test_a_job_whose_split_failed_says_why_with_a_link_to_its_dead_letter(
     html = viewer.get("/jobs/default/dj1/").content.decode()
     table = html.split('id="chunks"', 1)[1].split("</table>", 1)[0]
     assert "Not split yet." not in table
-    assert "The split failed: AnalysisException: column nope cannot be resolved yyy" in table
+    assert ("The split failed: --sql cannot run on this data: [MISSING_AGGREGATION] carrier "
+            "is not in the GROUP BY yyy") in table
     assert "…" in table and "y" * 200 not in table  # shortened
     [letter] = introspect.request_dead_letters(console, "dj1")
     link = re.search(r'href="([^"]+)"[^>]*>The split failed', table)

@@ -1,12 +1,15 @@
-"""`manage.py datajob`: every refusal before anything is queued (the ones that need no Spark
-run without a JVM), Spark's own checks of the SQL against the input's schema, and a job
-followed to its end, done or failed, with `show` printing its manifest."""
+"""`manage.py datajob`: every refusal before anything is queued (none needs Spark: a submit
+starts no JVM; the SQL is checked against the input's columns read from its files' metadata),
+and a job followed to its end, done or failed, with `show` printing its manifest."""
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
+import os
+import re
+import subprocess
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -20,26 +23,23 @@ from django.core.management.base import CommandError
 
 from core.cli.datajob import build_spec, cancel, clean, follow, show, submit
 from core.pipeline import jobs
-from core.pipeline.spec import make_spec
+from core.pipeline.check import make_spec
 from core.queue import Queue
 from core.queue.errors import UnknownHandlerWarning
+from core.redis_server import RedisServer
 from tests.conftest import keys_under
-from tests.pipeline_support import (  # noqa: F401  (fixtures)
-    flights,
-    flights_parquet,
-    run_worker,
-    spark_session,
-)
+from tests.pipeline_support import flights, run_worker
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def refused(**kw: Any) -> str:
     with pytest.raises(CommandError) as exc:
-        build_spec(**{"format": "parquet", "sql": "SELECT * FROM chunk", **kw},
-                   session=object())  # never reached: these refusals need no Spark
+        build_spec(**{"format": "parquet", "sql": "SELECT * FROM chunk", **kw})
     return str(exc.value)
 
 
-def test_refusals_that_need_no_spark(
+def test_refusals_before_anything_is_queued(
     tmp_path: Path, django_queue: Queue, redis_client: redis.Redis, prefix: str
 ) -> None:
     data = tmp_path / "in.parquet"
@@ -59,14 +59,28 @@ def test_refusals_that_need_no_spark(
     assert "--view planes=" in msg and "no such file" in msg
     msg = refused(input=str(data), output=str(out), chunks=0)
     assert "--chunks 0" in msg
+    msg = refused(input="/etc/passwd", output=str(out), format="csv")
+    assert msg.startswith("data job refused: input '/etc/passwd' is not under a data root: ")
+    msg = refused(input=str(data), output=str(out / ("x" * 256)))
+    assert msg.startswith("data job refused: --output: the name 'xxxx") and \
+        "is longer than 255 bytes, the most a file name may have" in msg
+    big = "SELECT carrier FROM chunk WHERE carrier IN (" + ",".join(["'AA'"] * 14_000) + ")"
+    msg = refused(input=str(data), output=str(out), sql=big)
+    assert msg == f"data job refused: --sql is {len(big):,} bytes; at most 64 KiB"
+    half = "SELECT carrier FROM chunk WHERE carrier IN (" + ",".join(["'AA'"] * 7_000) + ")"
+    msg = refused(input=str(data), output=str(out), sql=half,
+                  combine_sql=half.replace("FROM chunk", "FROM parts"))
+    assert msg.startswith("data job refused: the job's SQL, combine SQL and paths take ")
+    assert "bytes together; at most 60 KiB" in msg
     out.mkdir()
     (out / "_SUCCESS").touch()
     (out / "_manifest.json").write_text(json.dumps({"job": "old1", "finished_at": "then"}))
     msg = refused(input=str(data), output=str(out))
     assert "already complete" in msg and "job old1" in msg and "--overwrite" in msg
     (out / "_SUCCESS").unlink()
-    msg = refused(input=str(data), output=str(out))
-    assert "exists and is not empty" in msg
+    for overwrite in (False, True):  # not a data job's complete output: never replaced
+        msg = refused(input=str(data), output=str(out), overwrite=overwrite)
+        assert f"output {out} exists and was not written by a data job" in msg, msg
     assert keys_under(redis_client, prefix) == []  # nothing queued
 
 
@@ -80,13 +94,12 @@ def test_datajob_command_needs_exactly_one_of_sql_and_transform(
                      "--output", str(tmp_path / "o"), *how)
 
 
-def test_datajob_command_checks_queue_options_before_spark(tmp_path: Path) -> None:
+def test_datajob_command_checks_queue_options_first(tmp_path: Path) -> None:
     with pytest.raises(CommandError, match="--priority must be between 0 and 99, got 100"):
         call_command("datajob", "submit", "--input", "x", "--format", "parquet",
                      "--output", str(tmp_path / "o"), "--sql", "SELECT 1", "--priority", "100")
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(("sql", "combine", "want"), [
     ("SELEC carrier FROM chunk", None, "--sql does not parse"),
     ("SELECT carrier, dep_dely FROM chunk", None, "--sql names `dep_dely`, which the data"),
@@ -94,30 +107,59 @@ def test_datajob_command_checks_queue_options_before_spark(tmp_path: Path) -> No
      "--combine-sql names `dep_delay`"),
 ])
 def test_sql_is_checked_against_the_input_schema(
-    spark_session: Any, flights_parquet: tuple[Path, pd.DataFrame], tmp_path: Path,
+    flights_parquet: tuple[Path, pd.DataFrame], tmp_path: Path,
     sql: str, combine: str | None, want: str,
 ) -> None:
     path, _ = flights_parquet
     with pytest.raises(CommandError) as exc:
         build_spec(input=str(path), format="parquet", output=str(tmp_path / "o"), sql=sql,
-                   combine_sql=combine, session=spark_session)
+                   combine_sql=combine)
     message = str(exc.value)
     assert message.startswith("data job refused:") and want in message, message
     if "dep_dely" in sql:
-        assert "the input's columns: id, carrier, month, dep_delay, distance" in message
+        assert "(columns of the input: id, carrier, month, dep_delay, distance)" in message
+
+
+def test_a_submit_checks_and_queues_a_job_without_starting_spark(
+    tmp_path: Path, redis_server: RedisServer, redis_client: redis.Redis, prefix: str
+) -> None:
+    """`manage.py datajob submit` as a person runs it: the job is checked (its SQL against
+    the input's columns) and queued, and the process never imports PySpark (no JVM, no
+    Spark Connect session)."""
+    data = tmp_path / "in.csv"
+    flights(20).to_csv(data, index=False)
+    script = ("import sys, django; django.setup()\n"
+              "from django.core.management import call_command\n"
+              "call_command('datajob', *sys.argv[1:])\n"
+              "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'py4j')))")
+    env = os.environ | {"DJANGO_SETTINGS_MODULE": "queueadmin.settings",
+                        "REDIS_URL": redis_server.url, "QUEUE_PREFIX": prefix,
+                        "SECRET_KEY": "cli-tests", "QA_VAR_DIR": str(tmp_path / "var")}
+    done = subprocess.run(
+        [sys.executable, "-c", script, "submit", "--input", str(data), "--format", "csv",
+         "--sql", "SELECT carrier, count(*) AS n FROM chunk GROUP BY carrier",
+         "--output", str(tmp_path / "o"), "--request-id", "nospark1"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["nospark1", "[]"]
+    st = jobs.status(Queue(redis_client, "default", prefix=prefix), "nospark1")
+    assert st.state == "running" and st.spec is not None and st.spec.input == str(data)
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
 def test_a_job_followed_to_its_end_and_its_manifest_shown(
-    spark_session: Any, tmp_path: Path, django_queue: Queue
+    connect_url: str, tmp_path: Path, django_queue: Queue, fmt: str
 ) -> None:
-    csv = tmp_path / "flights.csv"
-    flights(300).to_csv(csv, index=False)
-    spec = build_spec(input=str(csv), format="csv", output=str(tmp_path / "o"),
+    data = tmp_path / f"flights.{fmt}"
+    if fmt == "csv":
+        flights(300).to_csv(data, index=False)
+    else:
+        flights(300).to_parquet(data, index=False)
+    spec = build_spec(input=str(data), format=fmt, output=str(tmp_path / "o"),
                       output_format="csv", sql="SELECT carrier, count(*) AS n FROM chunk "
                       "GROUP BY carrier", combine_sql="SELECT carrier, sum(n) AS n FROM parts "
-                      "GROUP BY carrier ORDER BY carrier", chunks=2, request_id="cli1",
-                      session=spark_session)
+                      "GROUP BY carrier ORDER BY carrier", chunks=2, request_id="cli1")
     out, err = io.StringIO(), io.StringIO()
     submit(spec, stdout=out, stderr=err)
     assert out.getvalue() == "cli1\n"
@@ -126,32 +168,46 @@ def test_a_job_followed_to_its_end_and_its_manifest_shown(
     printed = io.StringIO()
     st = follow(django_queue, "cli1", timeout=10, stdout=printed)
     text = printed.getvalue()
-    assert "chunk 0: 150 rows in" in text and "chunk 1: 150 rows in" in text
-    assert "done: 300 rows in, 5 rows out, 2 chunks" in text
+    rows_in = dict(re.findall(r"^chunk (\d): (\S+) rows in", text, re.M))
+    # A Parquet file's rows are known from its footer (one row group: cut by rows); a CSV is
+    # cut into byte ranges whose rows are not counted.
+    if fmt == "parquet":
+        assert rows_in == {"0": "150", "1": "150"}, text
+        assert "done: 300 rows in, 5 rows out, 2 chunks" in text
+    else:
+        assert rows_in == {"0": "?", "1": "?"}, text
+        assert "done: ? rows in, 5 rows out, 2 chunks" in text
     lines = (tmp_path / "o").glob("part-*.csv")
     [part] = list(lines)
     assert part.read_text().splitlines()[0] == "carrier,n"
+    assert sum(pd.read_csv(part)["n"]) == 300  # every row, once
     shown = io.StringIO()
     show("cli1", stdout=shown)
     assert json.loads(shown.getvalue()) == st.manifest
+    assert st.manifest is not None
+    assert st.manifest["split"] == ("byte ranges" if fmt == "csv" else "rows")
     shown = io.StringIO()
     show(str(tmp_path / "o"), stdout=shown)
     assert json.loads(shown.getvalue())["job"] == "cli1"
     # Submitting the same output again is refused: complete already.
     with pytest.raises(CommandError, match="already complete"):
-        build_spec(input=str(csv), format="csv", output=str(tmp_path / "o"),
-                   sql="SELECT 1 FROM chunk", session=spark_session)
+        build_spec(input=str(data), format=fmt, output=str(tmp_path / "o"),
+                   sql="SELECT 1 FROM chunk")
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["json", "parquet"])
 def test_a_failed_job_exits_non_zero_saying_which_chunk_and_why(
-    spark_session: Any, tmp_path: Path, django_queue: Queue
+    connect_url: str, tmp_path: Path, django_queue: Queue, fmt: str
 ) -> None:
-    data = tmp_path / "in.json"
-    data.write_text('{"a": 1}\n{"a": 2}\n{"a": 3}\n{"a": 4}\n')
-    spec = build_spec(input=str(data), format="json", output=str(tmp_path / "o"),
+    data = tmp_path / f"in.{fmt}"
+    if fmt == "json":
+        data.write_text('{"a": 1}\n{"a": 2}\n{"a": 3}\n{"a": 4}\n')
+    else:
+        pd.DataFrame({"a": [1, 2, 3, 4]}).to_parquet(data, index=False)
+    spec = build_spec(input=str(data), format=fmt, output=str(tmp_path / "o"),
                       sql="SELECT a, raise_error('a is ' || a) AS boom FROM chunk WHERE a = 4",
-                      chunks=2, request_id="bad1", session=spark_session)
+                      chunks=2, request_id="bad1")
     submit(spec, options=jobs.QueueOptions(max_attempts=1), stdout=io.StringIO(),
            stderr=io.StringIO())
     run_worker(django_queue)
@@ -216,17 +272,12 @@ def call_command_from_argv(argv: list[str], err: io.StringIO) -> None:
 
 
 def test_the_command_refuses_a_taken_id_with_a_message_and_no_traceback(
-    tmp_path: Path, django_queue: Queue, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, django_queue: Queue
 ) -> None:
-    import core.cli.datajob as cli
-
     data = tmp_path / "in.parquet"
     flights(20).to_parquet(data)
     call_command("submit", '{"a": 1}', handler="noop", any_handler=True, request_id="X",
                  stdout=io.StringIO(), stderr=io.StringIO())
-    # Spark's own analysis of the SQL is not what this is about (and starts a JVM).
-    monkeypatch.setattr(cli, "check_with_spark", lambda session, spec: None)
-    monkeypatch.setattr(cli, "check_session", lambda: contextlib.nullcontext(None))
     err = io.StringIO()
     with pytest.raises(SystemExit) as exited:
         call_command_from_argv(["datajob", "submit", "--input", str(data), "--format",
@@ -257,12 +308,15 @@ def test_the_same_job_submitted_again_changes_nothing(
 
 
 def staged(spec: Any, files: int = 3, size: int = 1000) -> int:
-    """Staging data as a split and its chunks leave it: chunks/ and parts/; its bytes."""
+    """Staging data as chunks and a combine step leave it: parts/ (each chunk's part) and
+    out/ (the output being written); its bytes."""
     for k in range(files):
-        for sub in ("chunks", "parts"):
-            d = spec.staging / sub / f"{k:05d}"
-            d.mkdir(parents=True, exist_ok=True)
-            (d / "part-0.parquet").write_bytes(b"x" * size)
+        part = spec.part_dir(k)
+        part.mkdir(parents=True, exist_ok=True)
+        (part / "part-0.parquet").write_bytes(b"x" * size)
+        out = spec.staging / "out"
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"part-{k:05d}-0.parquet").write_bytes(b"x" * size)
     return files * 2 * size
 
 

@@ -149,3 +149,14 @@ def test_the_allowlist_is_spark_builtins_without_those_that_reach_outside() -> N
     assert {"sum", "count", "date_format", "from_json", "transform", "explode"} <= names
     assert not {"reflect", "java_method", "try_reflect", "xpath", "input_file_name",
                 "from_protobuf", "range"} & names
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT '${spark.app.name}' AS conf FROM chunk",
+    "SELECT carrier AS `${env:HOME}` FROM chunk",
+    "SELECT concat('$', '{x}') AS fine, '${system:user.name}' AS not_fine FROM chunk",
+])
+def test_a_substitution_anywhere_in_the_text_is_refused(sql: str) -> None:
+    """Spark replaces ${...} in the SQL text before parsing it, strings and quoted names
+    included (and the workers' sessions turn that off as well)."""
+    assert "holds ${...}, which Spark would replace" in refused(sql)

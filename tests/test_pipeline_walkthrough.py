@@ -1,5 +1,7 @@
 """The README's walkthrough: its two `datajob submit` commands, read from the README itself,
-run on the nycflights13 sample data, and their output equals the same computation in pandas."""
+run on the nycflights13 sample data under the stack's default data roots (var/sample,
+var/data; outputs in var/out), on the run's Spark Connect server, and their output equals the
+same computation in pandas."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from core.management.commands.datajob import Command
 from core.pipeline import jobs
 from core.queue import Queue
 from core.sample import nycflights13
-from tests.pipeline_support import run_worker, spark_session  # noqa: F401  (fixtures)
+from tests.pipeline_support import run_worker
 
 pytestmark = pytest.mark.slow
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -38,7 +40,18 @@ def sample(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def run_readme_job(argv: list[str], root: Path, session: Any, q: Queue,
+@pytest.fixture
+def stack_roots(sample: Path, settings: Any) -> None:
+    """The data roots a stack in `sample` has by default (QA_DATA_ROOTS and QA_OUTPUT_ROOTS
+    unset): its var/sample and var/data to read, var/out to write; the rest of var/ private.
+    The in-process worker checks its tasks against the same settings."""
+    var = sample / "var"
+    settings.VAR_DIR = var
+    settings.DATA_ROOTS = [str(var / "sample"), str(var / "data")]
+    settings.OUTPUT_ROOTS = [str(var / "out")]
+
+
+def run_readme_job(argv: list[str], root: Path, q: Queue,
                    monkeypatch: pytest.MonkeyPatch) -> pd.DataFrame:
     monkeypatch.chdir(root)
     o = vars(Command().create_parser("manage.py", "datajob").parse_args(argv[3:]))
@@ -46,7 +59,8 @@ def run_readme_job(argv: list[str], root: Path, session: Any, q: Queue,
     spec = build_spec(input=o["input"], format=o["format"], output=o["output"],
                       output_format=o["output_format"], sql=o["sql"], transform=o["transform"],
                       combine_sql=o["combine_sql"], views=o["view"], chunks=o["chunks"],
-                      rows_per_chunk=o["rows_per_chunk"], session=session)
+                      rows_per_chunk=o["rows_per_chunk"], overwrite=o["overwrite"])
+    assert spec.output == str((root / o["output"]).resolve())  # resolved from where it runs
     submit(spec, queue=q.name, options=jobs.QueueOptions(), stdout=io.StringIO(),
            stderr=io.StringIO())
     run_worker(q)
@@ -65,10 +79,11 @@ def test_the_readme_has_both_walkthrough_jobs() -> None:
 
 
 def test_mean_departure_delay_per_carrier_and_month_equals_pandas(
-    sample: Path, spark_session: Any, django_queue: Queue, monkeypatch: pytest.MonkeyPatch
+    sample: Path, stack_roots: None, connect_url: str, django_queue: Queue,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     [argv] = [c for c in walkthrough_commands() if "--view" not in c]
-    got = run_readme_job(argv, sample, spark_session, django_queue, monkeypatch)
+    got = run_readme_job(argv, sample, django_queue, monkeypatch)
     flights = pd.read_parquet(sample / "var/sample/flights.parquet")
     want = (flights.groupby(["carrier", "month"], as_index=False)
             .agg(mean_dep_delay=("dep_delay", "mean"), flights=("dep_delay", "count"))
@@ -81,10 +96,11 @@ def test_mean_departure_delay_per_carrier_and_month_equals_pandas(
 
 
 def test_flights_per_manufacturer_equals_pandas(
-    sample: Path, spark_session: Any, django_queue: Queue, monkeypatch: pytest.MonkeyPatch
+    sample: Path, stack_roots: None, connect_url: str, django_queue: Queue,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     [argv] = [c for c in walkthrough_commands() if "--view" in c]
-    got = run_readme_job(argv, sample, spark_session, django_queue, monkeypatch)
+    got = run_readme_job(argv, sample, django_queue, monkeypatch)
     flights = pd.read_parquet(sample / "var/sample/flights.parquet")
     planes = pd.read_parquet(sample / "var/sample/planes.parquet")
     joined = flights.merge(planes, on="tailnum")

@@ -1,7 +1,9 @@
-"""Data jobs on real worker processes (each with its own Spark JVM): a worker SIGKILLed while
-its chunk is being written has the chunk redone elsewhere and the output has every row once;
-a cancel reaches the running Spark job, no output is marked complete and the worker removes
-the job's staging once its chunk has stopped."""
+"""Data jobs on real worker processes, thin clients of a Spark Connect server: a worker killed
+with SIGKILL mid-chunk has its chunk redone by another as soon as its lease is reaped, and the
+output has every row once; a cancel reaches the running Spark job and the worker removes the
+job's staging; when the Spark server itself dies, the running chunk goes back to waiting
+without spending an attempt, the workers wait for the server, and the job finishes once it is
+back."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +19,15 @@ import pandas as pd
 import pytest
 
 import tests.pipeline_handlers  # noqa: F401  (registers the transform for make_spec's check)
-from core.pipeline import jobs
-from core.pipeline.spec import make_spec
-from core.queue import Queue
-from tests.pipeline_support import flights
+from core.pipeline import jobs, jvm, server
+from core.pipeline.check import make_spec
+from core.queue import Queue, introspect
+from core.redis_server import free_port
+from tests.pipeline_support import TEST_JAVA_OPTIONS, flights, jar_dir
 
 pytestmark = pytest.mark.slow
+
+DEAD_AFTER = 2.0  # the spawn_worker fixture's --dead-after
 
 
 def wait_for(cond: Callable[[], Any], what: str, timeout: float = 60) -> Any:
@@ -30,18 +35,20 @@ def wait_for(cond: Callable[[], Any], what: str, timeout: float = 60) -> Any:
     while time.monotonic() < deadline:
         if got := cond():
             return got
-        time.sleep(0.1)
+        time.sleep(0.05)
     raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture
-def held_job(tmp_path: Path, live_queue: Queue, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """A 3-chunk job whose chunk holding id 123 (chunk 1) waits while tmp_path/hold exists."""
-    monkeypatch.setenv("QA_TEST_HOLD_DIR", str(tmp_path))  # inherited by spawned workers
+def held_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A 3-chunk job whose chunk holding id 123 (chunk 1) waits in a Python UDF on the Spark
+    server while tmp_path/hold exists (the transform reads the folder when the worker builds
+    the chunk's plan: the env var reaches the spawned workers)."""
+    monkeypatch.setenv("QA_TEST_HOLD_DIR", str(tmp_path))
     (tmp_path / "hold").touch()
     df = flights(300)
     data = tmp_path / "in.parquet"
-    df.to_parquet(data, index=False)
+    df.to_parquet(data, index=False, row_group_size=100)
     spec = make_spec(job_id="held1", input=str(data), format="parquet",
                      output=str(tmp_path / "out"), transform="pipeline_test_hold", chunks=3)
     return spec, df
@@ -51,31 +58,57 @@ def start(spawn_worker: Any, name: str, *options: str) -> subprocess.Popen[bytes
     return spawn_worker(name, "--import", "tests.pipeline_handlers", *options)
 
 
-def test_a_chunk_whose_worker_is_killed_mid_write_is_redone_without_duplicate_rows(
-    spawn_worker: Any, live_queue: Queue, held_job: Any, tmp_path: Path
+def holder_of(q: Queue, job: str, chunk_task: str) -> str | None:
+    for entry in introspect.pending(q, job):
+        if entry.task_id == chunk_task and not entry.consumer.startswith("~"):
+            return entry.consumer
+    return None
+
+
+def leased(q: Queue, job: str) -> list[tuple[str, str]]:
+    """(task, worker) of the job's tasks leased now."""
+    return [(e.task_id, e.consumer) for e in introspect.pending(q, job)
+            if not e.consumer.startswith("~")]
+
+
+def test_a_chunk_whose_worker_is_killed_is_redone_as_soon_as_its_lease_is_reaped(
+    spawn_worker: Any, connect_url: str, live_queue: Queue, held_job: Any, tmp_path: Path
 ) -> None:
     spec, df = held_job
-    jobs.submit(live_queue, spec, jobs.QueueOptions(max_attempts=3))
+    jobs.submit(live_queue, spec, jobs.QueueOptions(max_attempts=3, concurrency=1))
     first = start(spawn_worker, "w1")
     wait_for(lambda: (tmp_path / "running").exists(), "chunk 1 to be mid-write")
+    [(task, holder)] = leased(live_queue, spec.job_id)  # concurrency 1: chunk 1 alone
+    assert holder == "w1"
+    second = start(spawn_worker, "w2")  # a free worker, waiting (concurrency 1)
+    wait_for(lambda: (tmp_path / "w2.log").exists() and "worker started" in
+             (tmp_path / "w2.log").read_text(), "w2 to start")
+    (tmp_path / "hold").unlink()  # the next run of the chunk is not held
+    killed_at = time.monotonic()
     os.kill(first.pid, signal.SIGKILL)
     first.wait(10)
-    (tmp_path / "hold").unlink()
-    second = start(spawn_worker, "w2", "--burst")
-    assert second.wait(120) == 0, (tmp_path / "w2.log").read_text()[-3000:]
+    wait_for(lambda: holder_of(live_queue, spec.job_id, task) == "w2",
+             "the killed worker's chunk to run on w2", timeout=30)
+    # Running again once the lease is reaped: --dead-after, plus the reaper's round.
+    assert time.monotonic() - killed_at <= DEAD_AFTER + 2
+    assert live_queue.wait(spec.job_id, timeout=60) == "done"
+    assert live_queue.wait(jobs.combine_id(spec.job_id), timeout=60) == "done"
     st = jobs.status(live_queue, spec.job_id)
     assert st.state == "done", st.failures
     got = pd.read_parquet(spec.output).sort_values("id").reset_index(drop=True)
     pd.testing.assert_frame_equal(got, df)  # every row exactly once
     assert st.manifest is not None
-    # Chunk 1 (ids 100-199) was redone: the killed delivery counted as an attempt.
     assert [c["attempt"] for c in st.manifest["chunks"]] == [1, 2, 1]
     assert st.manifest["chunks"][1]["worker"] == "w2"
     assert not spec.staging.exists()
+    # A Connect worker keeps no scratch of its own: nothing under its var/spark.
+    assert not (tmp_path / "var" / "spark").exists()
+    second.send_signal(signal.SIGTERM)
+    assert second.wait(30) == 0
 
 
 def test_cancel_reaches_the_running_spark_job_and_no_output_is_marked_complete(
-    spawn_worker: Any, live_queue: Queue, held_job: Any, tmp_path: Path
+    spawn_worker: Any, connect_url: str, live_queue: Queue, held_job: Any, tmp_path: Path
 ) -> None:
     spec, _ = held_job
     jobs.submit(live_queue, spec)
@@ -103,8 +136,8 @@ def test_cancel_reaches_the_running_spark_job_and_no_output_is_marked_complete(
 
 @pytest.mark.django_db
 def test_datajob_cancel_stops_the_running_chunk_then_removes_the_staging_data(
-    spawn_worker: Any, live_queue: Queue, held_job: Any, tmp_path: Path, settings: Any,
-    redis_server: Any, prefix: str,
+    spawn_worker: Any, connect_url: str, live_queue: Queue, held_job: Any, tmp_path: Path,
+    settings: Any, redis_server: Any, prefix: str,
 ) -> None:
     import io
 
@@ -115,11 +148,10 @@ def test_datajob_cancel_stops_the_running_chunk_then_removes_the_staging_data(
     jobs.submit(live_queue, spec)
     worker = start(spawn_worker, "w1")
     wait_for(lambda: (tmp_path / "running").exists(), "chunk 1 to be mid-write")
-    assert spec.staging.exists()  # the chunks staged so far
     out = io.StringIO()
     started = time.monotonic()
     cancel(spec.job_id, queue="q", stdout=out)
-    # It waited for the running chunk to stop (its Spark job cancelled), not for the hold.
+    # It waited for the running chunk to stop (its Spark job interrupted), not for the hold.
     assert time.monotonic() - started < 25
     assert (tmp_path / "hold").exists()
     said = out.getvalue().splitlines()
@@ -133,51 +165,69 @@ def test_datajob_cancel_stops_the_running_chunk_then_removes_the_staging_data(
     assert not spec.staging.exists()
     assert live_queue.state(spec.job_id) == "cancelled"
     assert live_queue.state(jobs.combine_id(spec.job_id)) == "cancelled"
-    # Nothing left that looks complete: no output, no staging anywhere beside it.
     assert not Path(spec.output).exists()
     assert [p.name for p in Path(spec.output).parent.iterdir() if ".staging" in p.name] == []
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(30) == 0
     (tmp_path / "hold").unlink()
-    assert not spec.staging.exists()  # the stopped chunk wrote nothing afterwards
 
 
-def jvm_of(worker_pid: int) -> int | None:
-    """The pid of the Spark JVM a worker started (its app name carries the worker's pid)."""
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmd = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if cmd and cmd[0].endswith(b"java") and f"queueadmin-worker-{worker_pid}".encode() \
-                in b" ".join(cmd):
-            return int(proc.name)
-    return None
+@pytest.fixture
+def own_server(tmp_path: Path) -> Iterator[Any]:
+    """A Spark Connect server of this test alone (it gets killed), started as the stack starts
+    its own; `restart()` starts it again on the same port."""
+    config = server.ServerConfig(
+        port=free_port(), local_dir=tmp_path / "spark-local", jar=jvm.ensure_jar(jar_dir()),
+        cores="2", conf=(("spark.driver.extraJavaOptions", TEST_JAVA_OPTIONS),))
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def launch() -> subprocess.Popen[bytes]:
+        server.prepare(config)
+        with open(tmp_path / "server.log", "ab") as log:
+            proc = subprocess.Popen(server.argv(config), env=server.env(), stdout=log,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+        procs.append(proc)
+        assert server.wait_listening("127.0.0.1", config.port, timeout=120,
+                                     alive=lambda: proc.poll() is None)
+        return proc
+
+    class Own:
+        url = config.url
+        proc = launch()
+
+        def restart(self) -> None:
+            self.proc = launch()
+
+    yield Own()
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait(30)
 
 
-def test_a_dead_jvm_makes_the_worker_exit_and_its_chunk_runs_again(
-    spawn_worker: Any, live_queue: Queue, held_job: Any, tmp_path: Path
+def test_a_dead_spark_server_gives_the_chunk_back_and_the_workers_wait_for_it(
+    spawn_worker: Any, live_queue: Queue, held_job: Any, tmp_path: Path, own_server: Any,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     spec, df = held_job
-    jobs.submit(live_queue, spec, jobs.QueueOptions(max_attempts=3))
-    first = start(spawn_worker, "w1")
+    monkeypatch.setenv("SPARK_REMOTE", own_server.url)  # the spawned worker's Spark
+    jobs.submit(live_queue, spec, jobs.QueueOptions(max_attempts=1))
+    worker = start(spawn_worker, "w1")
     wait_for(lambda: (tmp_path / "running").exists(), "chunk 1 to be mid-write")
-    jvm = jvm_of(first.pid)
-    assert jvm is not None
-    assert os.getsid(jvm) != os.getsid(first.pid)  # the JVM runs in a session of its own
-    os.kill(jvm, signal.SIGKILL)
-    assert first.wait(60) == 0  # it stopped itself, for its supervisor to start a fresh one
-    log = (tmp_path / "w1.log").read_text()
-    assert "spark JVM died in chunk 1 of job held1: stopping this worker" in log
-    assert "JvmDied: chunk 1 of job held1: the worker's Spark JVM died" in log
+    os.kill(own_server.proc.pid, signal.SIGKILL)
+    log = tmp_path / "w1.log"
+    wait_for(lambda: "task given back: chunk 1 of job held1: the Spark Connect server went "
+             "away" in log.read_text(), "the chunk to be given back", 60)
+    wait_for(lambda: "takes no task while the Spark Connect server at" in log.read_text(),
+             "the worker to wait for the server", 30)
+    info = introspect.request(live_queue, spec.job_id)
+    assert info is not None and info.dead == 0  # max_attempts=1: no attempt was spent
     (tmp_path / "hold").unlink()
-    second = start(spawn_worker, "w2", "--burst")
-    assert second.wait(120) == 0, (tmp_path / "w2.log").read_text()[-3000:]
-    st = jobs.status(live_queue, spec.job_id)
-    assert st.state == "done", st.failures
-    assert st.manifest is not None
-    assert [c["attempt"] for c in st.manifest["chunks"]] == [1, 2, 1]
+    own_server.restart()
+    assert live_queue.wait(jobs.combine_id(spec.job_id), timeout=120) == "done", \
+        log.read_text()[-3000:]
     got = pd.read_parquet(spec.output).sort_values("id").reset_index(drop=True)
     pd.testing.assert_frame_equal(got, df)
+    assert "takes tasks (it waited" in log.read_text()
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(30) == 0

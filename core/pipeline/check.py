@@ -17,6 +17,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from core.queue.errors import InvalidInput
+from core.queue.keys import validate_id
+
 from . import roots as roots_
 from . import schema, sqlcheck, transforms
 from .jobs import check_size
@@ -183,6 +186,10 @@ def confine(spec: JobSpec, roots: DataRoots | None = None) -> Statements:
     """The worker's check of a task's spec (it came from Redis): its paths under the roots,
     its statements allowed; SpecError otherwise. Returns what Spark runs."""
     roots = roots or roots_.from_settings()
+    try:  # the job id names its staging folder beside the output: no / nor ..
+        validate_id(spec.job_id, "job id")
+    except InvalidInput as exc:
+        raise SpecError(str(exc)) from None
     resolved = {roots_.check_input(spec.input, roots)}
     resolved |= {roots_.check_input(p, roots, what=f"--view {n}") for n, p in spec.views.items()}
     out = roots_.check_output(spec.output, roots)
@@ -191,3 +198,27 @@ def confine(spec: JobSpec, roots: DataRoots | None = None) -> Statements:
     if any(roots_.overlapping(out, p) for p in resolved):
         raise SpecError(f"--output {spec.output} overlaps the job's input")
     return statements(spec, columns=False)
+
+
+def read_paths(spec: JobSpec, paths: list[str]) -> None:
+    """SpecError unless every path a chunk's read names (its files, the folder of their
+    partition columns) lies in the job's own input: a task in Redis may name any file, and
+    the input itself was checked against the roots."""
+    if not is_local(spec.input):
+        prefix = spec.input.rstrip("*").rstrip("/") if "*" in spec.input else spec.input
+        bad = [p for p in paths if not (p == spec.input or p.startswith(prefix))]
+    else:
+        base = os.path.realpath(spec.input) if not glob.has_magic(spec.input) else None
+        bad = []
+        for p in paths:
+            real = os.path.realpath(p)
+            if base is not None:
+                inside = real == base or real.startswith(base.rstrip(os.sep) + os.sep)
+            else:
+                inside = any(real == m or real.startswith(m + os.sep)
+                             for m in map(os.path.realpath, glob.glob(spec.input)))
+            if not inside:
+                bad.append(p)
+    if bad:
+        raise SpecError(f"it reads {bad[0]}, which is not part of the job's input "
+                        f"{spec.input}")

@@ -82,6 +82,8 @@ def server_conf(config: ServerConfig) -> dict[str, str]:
         "spark.scheduler.mode": "FAIR",
         "spark.local.dir": str(config.local_dir),
         "spark.sql.session.timeZone": "UTC",
+        # No ${...} substitution in SQL text: it reads the configuration and the environment.
+        "spark.sql.variable.substitute": "false",
         "spark.sql.shuffle.partitions": str(os.cpu_count() or 2)
         if config.cores == "*" else config.cores,
         "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
@@ -116,6 +118,9 @@ def env(base: dict[str, str] | None = None) -> dict[str, str]:
     from django.conf import settings
 
     out = dict(base if base is not None else os.environ)
+    # spark-submit refuses a server's command line when SPARK_REMOTE says it is a client.
+    for client_only in ("SPARK_REMOTE", "SPARK_LOCAL_REMOTE", "SPARK_CONNECT_MODE_ENABLED"):
+        out.pop(client_only, None)
     out.update({
         "SPARK_HOME": str(spark_home()), "SPARK_LOCAL_IP": "127.0.0.1",
         "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,

@@ -231,10 +231,12 @@ def get_session() -> SparkSession:
 def connect_session(url: str) -> SparkSession:
     """This slot's (thread's) session on the Spark Connect server at `url`, made at its first
     use and kept: one per slot, so slots never see each other's temporary views."""
+    from pyspark.sql import SparkSession
+
     session: SparkSession | None = getattr(_SLOT, "session", None)
     if session is not None and getattr(_SLOT, "url", None) == url:
+        _make_active(session)
         return session
-    from pyspark.sql import SparkSession
 
     quiet_query_context_loggers()
     started = time.monotonic()
@@ -244,15 +246,27 @@ def connect_session(url: str) -> SparkSession:
     from pyspark.sql.connect.client.retries import DefaultPolicy
 
     session.client.set_retry_policies([DefaultPolicy(max_retries=5, max_backoff=2000)])
+    # Spark's ${...} substitution would read the server's configuration and environment into
+    # a job's SQL text (sqlcheck refuses ${ too: two locks on one door).
+    session.conf.set("spark.sql.variable.substitute", "false")
     _SLOT.session, _SLOT.url = session, url
+    _make_active(session)
     log.info("spark connect session ready url=%s version=%s in %.1fs", _redacted(url),
              session.version, time.monotonic() - started)
     return session
 
 
+def _make_active(session: SparkSession) -> None:
+    """The thread's active session, which PySpark's udf() and friends look up: after a new
+    session replaced one whose server went away, it must be the new one (PySpark sets it only
+    when none is set, and has no public call for this on Spark Connect)."""
+    type(session)._active_session.session = session
+
+
 def forget_slot_session() -> None:
     """Drop this slot's Connect session (its server went away, or it was restarted): the
-    next task makes a new one."""
+    next task makes a new one. Not stopped: its server is gone or no longer knows it, and
+    releasing it would wait for retries."""
     session = getattr(_SLOT, "session", None)
     _SLOT.session = _SLOT.url = None
     if session is not None:

@@ -116,7 +116,11 @@ def check_sql(sql: str, *, option: str, views: Mapping[str, Schema | None],
     for node in tree.walk():
         _check_node(node, option, names | ctes, sorted(views))
     columns, reads = _check_columns(tree, option, views)
-    return CheckedSQL(tree.sql(dialect=DIALECT, comments=False), columns, reads)
+    text = tree.sql(dialect=DIALECT, comments=False)
+    if "${" in text:  # Spark substitutes ${...} anywhere in the text, strings included
+        raise SQLRefused(f"{option} holds ${{...}}, which Spark would replace with its "
+                         "configuration or environment; write it another way (e.g. '$' || '{')")
+    return CheckedSQL(text, columns, reads)
 
 
 def _parse(sql: str, option: str) -> exp.Expr:

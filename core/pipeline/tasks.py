@@ -56,10 +56,14 @@ def datajob(payload: dict[str, Any], ctx: TaskContext) -> dict[str, Any] | None:
         raise DataJobError(f"unknown data job task {op!r}: expected split, chunk or combine",
                            permanent=True)
     spec = _spec_of(payload, ctx)
+    job = str(payload.get("job", ""))
     try:
+        if spec.job_id != job or ctx.request_id not in (job, jobs.combine_id(job)):
+            raise SpecError(f"its spec is of job {spec.job_id!r}, not of this task's job")
         statements = check.confine(spec)
     except SpecError as exc:
-        raise DataJobError(f"{_where(spec, payload)} refused: {exc}", permanent=True) from exc
+        raise DataJobError(f"{_where_task(payload, ctx)} refused: {exc}",
+                           permanent=True) from exc
     try:
         return run(spec, payload, ctx, statements)
     except Cancelled:
@@ -83,6 +87,13 @@ def _spec_of(payload: dict[str, Any], ctx: TaskContext) -> JobSpec:
     except (TypeError, ValueError, AttributeError) as exc:
         raise DataJobError(f"a data job task whose spec is not one: {exc}",
                            permanent=True) from exc
+
+
+def _where_task(payload: dict[str, Any], ctx: TaskContext) -> str:
+    """Which task this is, from what the engine knows of it (its request), not its spec."""
+    op = payload.get("op")
+    what = f"chunk {payload.get('chunk')}" if op == "chunk" else f"the {op}"
+    return f"{what} of job {ctx.request_id.removesuffix('.combine')}"
 
 
 def _where(spec: JobSpec, payload: dict[str, Any]) -> str:
@@ -286,6 +297,11 @@ def chunk(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext,
             raise DataJobError(f"chunk {k} of job {spec.job_id}: its plan is missing from the "
                                "job's record (expired?)", permanent=True)
         read = json.loads(text)
+    try:
+        check.read_paths(spec, _paths_of(read, record))
+    except SpecError as exc:
+        raise DataJobError(f"chunk {k} of job {spec.job_id} refused: {exc}",
+                           permanent=True) from exc
     with sparking(spec, payload, ctx) as session:
         df = chunk_frame(session, spec, read, record)
         # Known from the Parquet footers; a CSV or JSON chunk's rows are not counted (Spark
@@ -309,6 +325,17 @@ def chunk(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext,
     log.info("chunk job=%s chunk=%d rows_in=%s rows_out=%d attempt=%d in %.2fs", spec.job_id,
              k, "?" if rows_in is None else rows_in, rows_out, ctx.attempt, report["seconds"])
     return report
+
+
+def _paths_of(read: Any, record: dict[str, Any]) -> list[str]:
+    """Every path a chunk's read (and the job record's probe) names."""
+    if not isinstance(read, dict):
+        raise DataJobError("a chunk task whose read is not one", permanent=True)
+    paths = [str(p) for p in read.get("files", [])]
+    paths += [str(item[0]) for key in ("groups", "rows", "ranges")
+              for item in read.get(key, []) if isinstance(item, list | tuple) and item]
+    paths += [str(p) for p in (read.get("base"), record.get("probe")) if p]
+    return paths
 
 
 def chunk_frame(session: SparkSession, spec: JobSpec, read: dict[str, Any],
