@@ -68,6 +68,9 @@ class ChildSpec:
     restart: bool = False
     oneshot: bool = False  # runs once and exits (0: done; else a warning): the Spark warm-up
     before: Callable[[], None] | None = None  # run before each start (the server's scratch)
+    # A worker of this queue: named by the supervisor at each start, so that when its process
+    # exits the supervisor reaps its leases at once rather than after --dead-after.
+    worker_queue: str | None = None
 
 
 @dataclass
@@ -80,6 +83,8 @@ class Child:
     # RESTART_LIMIT of them stop the stack (a worker that cannot start is not retried forever).
     quick_exits: int = 0
     restart_at: float | None = None  # when to start it again, while it is down
+    worker_name: str | None = None  # a worker's --name in this life
+    lives: int = 0
 
 
 class Stack:
@@ -163,6 +168,7 @@ class Stack:
                 ],
                 env=worker_env,
                 restart=True,
+                worker_queue="default",
             )
             for i in range(1, self.workers + 1)
         ]
@@ -291,19 +297,26 @@ class Stack:
     def _spawn(self, spec: ChildSpec, replacing: Child | None = None) -> None:
         if spec.before is not None:
             spec.before()
+        lives = replacing.lives + 1 if replacing is not None else 1
+        argv, worker_name = spec.argv, None
+        if spec.worker_queue is not None:
+            worker_name = f"{socket.gethostname()}-{os.getpid()}-{spec.name}.{lives}"
+            argv = [*argv, "--name", worker_name]
         env = {**os.environ, "REDIS_URL": self.redis_url, **spec.env}
         env.setdefault("DJANGO_SETTINGS_MODULE", "queueadmin.settings")
         # Each child in its own session: a terminal's Ctrl-C reaches only this supervisor, which
         # then stops the children one by one (workers first, Redis last), so workers get one
         # SIGTERM and finish or release their tasks while Redis still answers.
         process = subprocess.Popen(
-            spec.argv, cwd=settings.BASE_DIR, env=env, start_new_session=True
+            argv, cwd=settings.BASE_DIR, env=env, start_new_session=True
         )
         if replacing is None:
-            self.children.append(Child(spec.name, process, spec))
+            self.children.append(Child(spec.name, process, spec, worker_name=worker_name,
+                                       lives=lives))
         else:  # same place in the list: the stop order stays workers first, Redis last
             replacing.process, replacing.restart_at = process, None
             replacing.started = time.monotonic()
+            replacing.worker_name, replacing.lives = worker_name, lives
         self.out.write(f"{spec.name} (pid {process.pid}) started\n")
 
     def _announce(self) -> None:
@@ -379,9 +392,29 @@ class Stack:
             child.restart_at = now + delay
             self.out.write(
                 f"{child.name} (pid {child.process.pid}) exited with code {code}; starting it "
-                f"again in {delay:g} s (its tasks are recovered when their leases expire)\n"
+                f"again in {delay:g} s ({self._recover(child)})\n"
             )
             self.out.flush()
+
+    def _recover(self, child: Child) -> str:
+        """Reap the leases of a worker whose process exited: it runs nothing any more, so its
+        tasks need not wait for its leases to expire (each delivery counts as an attempt, as
+        the reaper counts it). Says what became of them."""
+        if child.spec is None or child.spec.worker_queue is None or child.worker_name is None:
+            return "its tasks are recovered when their leases expire"
+        from core.queue import Queue, QueueError
+
+        try:
+            q = Queue.from_url(self.redis_url, child.spec.worker_queue,
+                               prefix=settings.QUEUE_PREFIX)
+            try:
+                back, cancelled = q.reclaim_worker(child.worker_name, crashed=True)
+            finally:
+                q.redis.close()
+        except QueueError as exc:  # not registered yet, or Redis away: the reaper does it
+            return f"its tasks are recovered when their leases expire ({exc})"
+        return (f"{back} of its tasks back to waiting now" if back or not cancelled else
+                f"{cancelled} of its tasks dropped as cancelled")
 
     # -- stopping -------------------------------------------------------------------------
 

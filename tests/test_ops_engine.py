@@ -180,6 +180,49 @@ def test_reclaim_finds_expired_leases_its_heartbeat_did_not_list(
     assert introspect.stats(queue).leased == 0
 
 
+def test_a_crashed_workers_leases_are_reaped_at_once_each_counting_as_an_attempt(
+    queue: Queue, clock: FakeClock, redis_client: redis.Redis
+) -> None:
+    """Its supervisor saw the process exit (the stack): the leases go back now, not after
+    --dead-after, and as the reaper would, a delivery counts: a task that keeps killing its
+    worker ends in the dead letters."""
+    queue.submit([1, 2], request_id="r", handler="h", max_attempts=2)
+    mine = queue.ack_and_dequeue("w.1", 2, lease_ms=60_000)[1]
+    tasks = [{"queue": "q", "request": "r", "task": lease.task_id} for lease in mine]
+    queue.heartbeat("w.1", {"dead_after_ms": 60_000, "tasks": tasks}, mine, lease_ms=60_000)
+    assert queue.reclaim_worker("w.1", crashed=True) == (2, 0)  # it beat just now
+    assert redis_client.zscore(queue.keys.workers, "w.1") is None
+    again = queue.ack_and_dequeue("w.2", 2, lease_ms=60_000)[1]
+    assert sorted(lease.attempt for lease in again) == [2, 2]  # the crash counted
+    queue.heartbeat("w.2", {"dead_after_ms": 60_000, "tasks": [
+        {"queue": "q", "request": "r", "task": lease.task_id} for lease in again]}, again,
+        lease_ms=60_000)
+    assert queue.reclaim_worker("w.2", crashed=True) == (0, 0)
+    info = introspect.request(queue, "r")
+    assert info is not None and info.dead == 2 and info.state == "failed"
+    [letter, _] = introspect.request_dead_letters(queue, "r")
+    assert letter.error == "worker w.2 died (its process exited) while it ran the task"
+    reaped = events_of(redis_client, queue, "reaped")
+    assert [(f["worker"], f["outcome"], f["by"]) for f in reaped] == \
+        [("w.1", "waiting", "supervisor")] * 2 + [("w.2", "dead", "supervisor")] * 2
+
+
+def test_a_reclaimed_workers_tasks_are_not_handed_back_to_its_idle_slots(
+    queue: Queue, clock: FakeClock
+) -> None:
+    """One slot of the dead worker held a task, another waited idle for handoffs: the task
+    goes back to waiting, not to the dead worker's handoff list."""
+    queue.submit([1], request_id="r", handler="h")
+    [held] = queue.ack_and_dequeue("w.1", 1, lease_ms=5000)[1]
+    assert queue.ack_and_dequeue("w.1", 1, lease_ms=5000, idle_handoff=True)[1] == []  # idle
+    queue.heartbeat("w.1", {"dead_after_ms": 10_000, "tasks": [
+        {"queue": "q", "request": "r", "task": held.task_id}]}, [held], lease_ms=5000)
+    assert queue.reclaim_worker("w.1", crashed=True) == (1, 0)
+    [entry] = introspect.pending(queue, "r")
+    assert entry.consumer == "~waiting"
+    assert queue.redis.zcard(queue.keys.idle) == 0
+
+
 # -- pause with real workers ----------------------------------------------------------------
 
 

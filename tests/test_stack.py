@@ -200,20 +200,36 @@ def test_a_child_that_dies_stops_the_rest_and_fails(start_stack: StartStack) -> 
     stack.wait_for_line(r"gunicorn \(pid \d+\) exited with code -9")
 
 
-def test_a_worker_that_exits_is_started_again_and_the_stack_stays_up(
+def test_a_worker_that_exits_is_started_again_and_its_tasks_run_again_at_once(
     start_stack: StartStack,
 ) -> None:
-    """A worker stops itself when its Spark JVM dies, for its supervisor to restart it: the
-    stack must not go down with it (any other child's death still stops everything)."""
-    stack = start_stack("--workers", "1", QA_REDIS_PORT=str(free_port()))
+    """A worker killed mid-task: its supervisor restarts it and reaps its leases at once (it
+    saw the process exit: nothing of it runs), so the task runs again within seconds, not
+    after --dead-after (10 s here), and the kill counts as an attempt. The stack must not go
+    down with it (any other child's death still stops everything)."""
+    redis_port = free_port()
+    stack = start_stack("--workers", "1", QA_REDIS_PORT=str(redis_port), QUEUE_PREFIX="st")
     stack.wait_for_line(r"queueadmin is up")
     first = stack.pid_of("worker-1")
+    stack.wait_for_line(r"worker started .*handlers=.*sleep")
+    queue = Queue.from_url(f"redis://127.0.0.1:{redis_port}/0", "default", prefix="st")
+    sub = queue.submit([{"seconds": 30}], handler="sleep", max_attempts=3)
+    _until(lambda: introspect.stats(queue).leased == 1)
 
+    killed = time.monotonic()
     os.kill(first, signal.SIGKILL)
 
-    stack.wait_for_line(rf"worker-1 \(pid {first}\) exited with code -9; starting it again")
+    stack.wait_for_line(rf"worker-1 \(pid {first}\) exited with code -9; starting it again "
+                        r"in 1 s \(1 of its tasks back to waiting now\)")
     second = int(stack.wait_for_line(rf"worker-1 \(pid (?!{first}\b)(\d+)\) started").group(1))
     assert pid_alive(second) and stack.process.poll() is None
+    _until(lambda: introspect.stats(queue).leased == 1)  # the restarted worker runs it
+    assert time.monotonic() - killed < 8  # --dead-after is 10 s
+    [entry] = [e for e in introspect.pending(queue, sub.request_id)
+               if not e.consumer.startswith("~")]
+    assert entry.deliveries == 2 and entry.consumer.endswith("worker-1.2")
+    queue.cancel(sub.request_id)
+    queue.redis.close()
     stack.process.send_signal(signal.SIGTERM)
     assert stack.process.wait(30) == 0
     assert _gone(second)

@@ -105,17 +105,25 @@ class Operator(QueueBase):
         check_code(reply, f"task {tid} of request {rid!r}")
         return reply
 
-    def reclaim_worker(self, worker: str, dead_after_ms: int = 0) -> tuple[int, int]:
+    def reclaim_worker(self, worker: str, dead_after_ms: int = 0, *,
+                       crashed: bool = False) -> tuple[int, int]:
         """Take back every lease of a dead worker without spending attempts, and remove it from
         the registry; returns (back to waiting, dropped as cancelled). Refused with
         StateChanged if it beat within `dead_after_ms` (0: the --dead-after its registry
-        entry names), UnknownWorker if it is not registered."""
+        entry names), UnknownWorker if it is not registered.
+
+        crashed=True: the worker's supervisor saw its process exit, so nothing of it runs: its
+        leases are reaped now, each delivery counting as an attempt as the reaper counts an
+        expired lease (a task that kills its worker ends in the dead letters), whatever its
+        last beat; the first count is then what went back to waiting or the dead letters."""
         validate_id(worker, "worker name")
         int_in(dead_after_ms, "dead_after_ms", 0)
         released = cancelled = offset = 0
         keys = [self.keys.workers, self.keys.worker(worker)]
+        mode = "crashed" if crashed else ""
         while offset >= 0:
-            reply = self._run("reclaim", [self._now(), worker, dead_after_ms, CHUNK, offset], keys)
+            reply = self._run("reclaim", [self._now(), worker, dead_after_ms, CHUNK, offset,
+                                          mode], keys)
             check_code(reply, f"worker {worker!r}")
             released, cancelled = released + int(reply[0]), cancelled + int(reply[1])
             offset = int(reply[2])

@@ -4,6 +4,10 @@ cancelled if its request is being cancelled) without spending an attempt, as a r
 Once nothing of it is left, the worker leaves the registry. A worker that beat within its
 dead-after is refused: it may still be running its tasks.
 
+With ARGV[6] = "crashed", its supervisor says the worker's process is gone (it saw it exit):
+its leases are reaped now, as the reaper would reap them once expired (the delivery counts as
+an attempt: a task that kills its worker reaches the dead letters), whatever its last beat.
+
 Its leases are found without scanning the queue: the tasks its last heartbeat listed (the
 worker's registry entry, this queue's only), what was handed to it (handoff:<worker>), and
 the expired leases (every lease it renewed at its last beat has expired since: a worker
@@ -14,10 +18,11 @@ KEYS[1..8] queue-level keys (see _common.lua)
 KEYS[9]    <p>:{Q}:workers          zset worker -> last beat (ms)
 KEYS[10]   <p>:{Q}:worker:<name>    hash its registry entry (info JSON)
 Derived:   req:<rid>, req:<rid>:tasks|rel, tr:<prio>:<tenant>, state:<state>, done:<rid>,
-           idle, handoff:<worker>, delayed:<prio>, dprio
+           idle (its entries removed), handoff:<worker>, delayed:<prio>, dprio
 
 ARGV[1] now (ms)   ARGV[2] worker   ARGV[3] its dead-after (ms; 0 = from its registry entry)
 ARGV[4] expired leases to look at   ARGV[5] offset into the expired leases
+ARGV[6] "crashed" (optional): reap its leases now, as above
 
 Returns {released, cancelled, next}: next = the offset to call again with when ARGV[4]
 expired leases were looked at (there may be more), else -1: the worker was removed from the
@@ -36,9 +41,10 @@ if info then
   local ok, t = pcall(cjson.decode, info)
   if ok and type(t) == 'table' then decoded = t end
 end
+local crashed = ARGV[6] == 'crashed'
 local dead_after = tonumber(ARGV[3]) or 0
 if dead_after <= 0 and decoded then dead_after = tonumber(decoded.dead_after_ms) or 0 end
-if dead_after <= 0 or now - tonumber(beat) < dead_after then return -7 end
+if not crashed and (dead_after <= 0 or now - tonumber(beat) < dead_after) then return -7 end
 
 local queue = string.match(PREFIX, '{(.*)}:$')
 local seen, candidates = {}, {}
@@ -65,8 +71,10 @@ if offset == 0 then
     end
   end
 end
-local expired = redis.call('ZRANGEBYSCORE', K_LEASES, '-inf', '(' .. text(now),
-                           'LIMIT', offset, limit)
+-- A crashed worker's leases may not have expired yet, nor been listed by a beat (one taken
+-- since its last): every lease of the queue is looked at (one per running task: a few).
+local expired = redis.call('ZRANGEBYSCORE', K_LEASES, '-inf',
+                           crashed and '+inf' or ('(' .. text(now)), 'LIMIT', offset, limit)
 for _, lease in ipairs(expired) do
   local rid, tid = split_lease(lease)
   consider(rid, tid)
@@ -80,17 +88,28 @@ for _, c in ipairs(candidates) do
   local token = h and (rid .. '/' .. tid .. '/' .. deliveries)
   if h and redis.call('ZREM', K_LEASES, token) == 1 then
     removed[token] = true
-    write_rel(h, 'HINCRBY', tid, 1)
+    if not crashed then write_rel(h, 'HINCRBY', tid, 1) end
     add(h, 'leased', -1)
+    local outcome = 'waiting'
     if h.state == 'cancelling' then
       retire(rid, tid)
       add(h, 'cancelled', 1)
       cancelled = cancelled + 1
+      outcome = 'cancelled'
+    elseif crashed and attempts_of(rid, tid, deliveries) >= h.max_attempts then
+      to_dead(h, tid, attempts_of(rid, tid, deliveries),
+              'worker ' .. worker .. ' died (its process exited) while it ran the task', '',
+              worker, now)
+      outcome = 'dead'
     else
       to_waiting(h, tid)
       released = released + 1
     end
-    event('released', rid, 'task', tid, 'worker', worker, 'by', 'reclaim')
+    if crashed then
+      event('reaped', rid, 'task', tid, 'worker', worker, 'outcome', outcome, 'by', 'supervisor')
+    else
+      event('released', rid, 'task', tid, 'worker', worker, 'by', 'reclaim')
+    end
     sync_ready(h)
     maybe_complete(h, now)
   end
@@ -105,8 +124,13 @@ if #expired == limit then
 else
   redis.call('ZREM', KEYS[9], worker)
   redis.call('DEL', KEYS[10], hk)
-  redis.call('ZREM', K_IDLE, worker .. '|' .. text(dead_after))
-  event('reclaimed', '', 'worker', worker)
+  -- Its idle entries, whatever lease length they name (one per idle worker: a few), so that
+  -- the work it held is not handed straight back to it below.
+  local prefix = worker .. '|'
+  for _, member in ipairs(redis.call('ZRANGE', K_IDLE, 0, -1)) do
+    if string.sub(member, 1, #prefix) == prefix then redis.call('ZREM', K_IDLE, member) end
+  end
+  event('reclaimed', '', 'worker', worker, 'by', crashed and 'supervisor' or 'operator')
 end
 dispatch_idle()
 return {released, cancelled, next_offset}
