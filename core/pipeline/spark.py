@@ -260,7 +260,8 @@ def _make_active(session: SparkSession) -> None:
     """The thread's active session, which PySpark's udf() and friends look up: after a new
     session replaced one whose server went away, it must be the new one (PySpark sets it only
     when none is set, and has no public call for this on Spark Connect)."""
-    type(session)._active_session.session = session
+    active: Any = type(session)
+    active._active_session.session = session
 
 
 def forget_slot_session() -> None:
