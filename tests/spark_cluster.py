@@ -41,7 +41,11 @@ class JVM:
 
 def _start(name: str, args: list[str], work: Path, **env: str) -> JVM:
     log = work / f"{name}.log"
-    full_env = os.environ | {"SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": "127.0.0.1",
+    # A client's markers (the run's Connect server sets SPARK_REMOTE) make spark-submit refuse
+    # a server's or a master's command line.
+    inherited = {k: v for k, v in os.environ.items()
+                 if k not in ("SPARK_REMOTE", "SPARK_LOCAL_REMOTE", "SPARK_CONNECT_MODE_ENABLED")}
+    full_env = inherited | {"SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": "127.0.0.1",
                              "SPARK_LOG_DIR": str(work), **env}
     with open(log, "ab") as out:
         proc = subprocess.Popen([str(SPARK_HOME / "bin" / "spark-class"), *args], env=full_env,

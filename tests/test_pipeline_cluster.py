@@ -1,6 +1,8 @@
-"""A data job on a real Spark cluster: a worker process pointed at a standalone master
-(SPARK_MASTER) and one pointed at a Spark Connect server (SPARK_REMOTE) give the same output
-as the same job on a local session, and the manifest names the cluster it ran on."""
+"""A data job on a real Spark cluster: a worker process with a classic session on a standalone
+master (SPARK_MASTER, the project's reader jar given to it) and one pointed at a Spark
+Connect server that lacks the project's reader (SPARK_REMOTE: a chunk inside a file is then
+read as the file filtered to its rows) give the same output as the same job on the run's own
+Connect server, and the manifest names where it ran."""
 
 from __future__ import annotations
 
@@ -11,15 +13,9 @@ import pandas as pd
 import pytest
 
 from core.pipeline import jobs
-from core.pipeline.spec import make_spec
+from core.pipeline.check import make_spec
 from core.queue import Queue
-from tests.pipeline_support import (  # noqa: F401  (fixtures)
-    dq,
-    flights,
-    run_job,
-    spark_session,
-    spec_for,
-)
+from tests.pipeline_support import flights, run_job, spec_for
 from tests.spark_cluster import spark_connect, spark_standalone  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.slow
@@ -37,16 +33,20 @@ def read(path: str) -> pd.DataFrame:
 @pytest.mark.parametrize("where", ["standalone", "connect"])
 def test_a_worker_on_a_cluster_gives_the_same_output_as_local(
     where: str, request: pytest.FixtureRequest, spawn_worker: Any, live_queue: Queue,
-    dq: Queue, spark_session: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    dq: Queue, connect_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     data = tmp_path / "flights.parquet"
-    flights(900).to_parquet(data, index=False)
+    flights(900).to_parquet(data, index=False, row_group_size=300)
     local = spec_for(tmp_path, data, output=str(tmp_path / "local"), sql=SQL,
                      combine_sql=COMBINE, chunks=3)
     assert run_job(dq, local).state == "done"
 
     url = request.getfixturevalue(f"spark_{where}")
-    monkeypatch.setenv("SPARK_REMOTE" if where == "connect" else "SPARK_MASTER", url)
+    if where == "connect":
+        monkeypatch.setenv("SPARK_REMOTE", url)
+    else:  # SPARK_REMOTE (the run's server) would win over SPARK_MASTER
+        monkeypatch.delenv("SPARK_REMOTE")
+        monkeypatch.setenv("SPARK_MASTER", url)
     spec = make_spec(job_id=f"on-{where}", input=str(data), format="parquet",
                      output=str(tmp_path / where), sql=SQL, combine_sql=COMBINE, chunks=3)
     jobs.submit(live_queue, spec)
@@ -55,9 +55,13 @@ def test_a_worker_on_a_cluster_gives_the_same_output_as_local(
     st = jobs.status(live_queue, spec.job_id)
     assert st.state == "done", st.failures
     log = (tmp_path / f"{where}.log").read_text()
-    assert f"spark session ready master={url}" in log
+    assert (f"spark session ready master={url}" if where == "standalone"
+            else f"spark connect session ready url={url}") in log
     assert st.manifest is not None
     # Through Spark Connect the manifest has the server's own master (local[1] here).
     assert st.manifest["master"] == (url if where == "standalone" else "local[1]")
     assert [c["rows_in"] for c in st.manifest["chunks"]] == [300, 300, 300]
+    # Row groups through the project's reader (its jar given to the classic session); rows
+    # of the file on a Connect server that does not have it.
+    assert st.manifest["split"] == ("row groups" if where == "standalone" else "rows")
     pd.testing.assert_frame_equal(read(spec.output), read(local.output), rtol=1e-12)

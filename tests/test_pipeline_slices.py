@@ -1,7 +1,8 @@
-"""core.pipeline.jvm: the Slices data source, built into a jar here and loaded by a real Spark
-Connect server (--jars), reads row groups of a Parquet file and byte ranges of a text file
-straight from the file: over consecutive slices every row comes back exactly once, with the
-rows and types spark.read.parquet gives, and a bad slice is a clear error naming it."""
+"""core.pipeline.jvm: the Slices data source, built into a jar and loaded by a real Spark
+Connect server (--jars: the run's server), reads row groups of a Parquet file and byte ranges
+of a text file straight from the file: over consecutive slices every row comes back exactly
+once, with the rows and types spark.read.parquet gives, and a bad slice is a clear error
+naming it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import datetime as dt
 import itertools
 import json
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +21,6 @@ import pytest
 from pyspark.errors import IllegalArgumentException
 
 from core.pipeline import jvm
-from core.redis_server import free_port
-from tests.spark_cluster import _start, _wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -38,34 +37,11 @@ def jar(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return jvm.build(tmp_path_factory.mktemp("jars"))
 
 
-@pytest.fixture(scope="module")
-def spark(jar: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """A Spark Connect client session on a server (local[2]) started with the jar."""
-    from pyspark.sql import SparkSession
-
-    work = tmp_path_factory.mktemp("slices-connect")
-    port = free_port()
-    server = _start("connect", [
-        "org.apache.spark.deploy.SparkSubmit",
-        "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
-        "--master", "local[2]", "--name", "queueadmin-tests-slices",
-        "--jars", str(jar),
-        "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
-        "--conf", f"spark.connect.grpc.binding.port={port}",
-        "--conf", "spark.ui.enabled=false", "--conf", "spark.driver.host=127.0.0.1",
-        "--conf", "spark.sql.shuffle.partitions=2",
-        "--conf", f"spark.local.dir={work / 'local'}",
-        "spark-internal",
-    ], work)
-    try:
-        _wait_for(server, port=port)
-        session = SparkSession.builder.remote(f"sc://127.0.0.1:{port}").create()
-        try:
-            yield session
-        finally:
-            session.stop()
-    finally:
-        server.stop()
+@pytest.fixture
+def spark(spark_session: Any) -> Any:
+    """A Spark Connect session on the run's server, which has the project's jar (built from
+    the same sources into the suite's jar folder; the `jar` fixture's is another copy)."""
+    return spark_session
 
 
 def table(rows: int = ROWS) -> pa.Table:
@@ -140,11 +116,13 @@ def error_of(action: Callable[[], object]) -> str:
 def test_the_jar_is_named_by_sources_and_spark_and_reused(
     jar: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import pyspark
+    import importlib.metadata
 
     assert jar.name == jvm.jar_name()
     assert jvm.ensure_jar(jar.parent) == jar  # there already: not rebuilt
-    monkeypatch.setattr(pyspark, "__version__", "9.9.9")
+    real_version = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version",
+                        lambda name: "9.9.9" if name == "pyspark" else real_version(name))
     assert jvm.jar_name() != jar.name
     src = tmp_path / "src"
     (src / "p").mkdir(parents=True)

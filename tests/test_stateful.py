@@ -930,7 +930,7 @@ class QueueMachine(RuleBasedStateMachine):
         """A worker beats (listing what it holds here), then an operator reclaims it: refused
         while its beat is younger than its dead-after; once older, every lease it holds goes
         back to waiting (or is dropped as cancelled) without spending an attempt, and it
-        leaves the registry and the idle set."""
+        leaves the registry and the idle set (each of its entries)."""
         q, m = self.queues[qi], self.models[qi]
         mine = [(r, t) for r, t in m.leased() if t.consumer == consumer]
         tasks = [{"queue": q.name, "request": r.rid, "task": t.tid} for r, t in mine]
@@ -952,7 +952,8 @@ class QueueMachine(RuleBasedStateMachine):
             cancelled = r.state == "cancelling"
             m.end_lease(r, t, "cancelled" if cancelled else "waiting", counts=False)
             want[cancelled] += 1
-        m.idle.pop(f"{consumer}|{dead_after}", None)
+        for member in [k for k in m.idle if k.startswith(f"{consumer}|")]:
+            del m.idle[member]  # every idle entry of it, whatever lease length it names
         m.promote(self.now)
         assert q.reclaim_worker(consumer) == tuple(want)
         m.handed[consumer] = []  # its handoff list is gone (what was on it: released above)

@@ -147,7 +147,8 @@ def _var_dir() -> Path:
     return Path(settings.VAR_DIR)
 
 
-def base_conf(target: SparkTarget, *, app: str, local_dir: Path | None) -> dict[str, str]:
+def base_conf(target: SparkTarget, *, app: str, local_dir: Path | None,
+              jar: Path | None = None) -> dict[str, str]:
     """The configuration every session of the project gets (workers, the CLI's check, tests)."""
     conf = {
         "spark.app.name": app,
@@ -166,13 +167,16 @@ def base_conf(target: SparkTarget, *, app: str, local_dir: Path | None) -> dict[
         conf["spark.driver.host"] = "127.0.0.1"
     if local_dir is not None:
         conf["spark.local.dir"] = str(local_dir)
+    if jar is not None:  # the project's reader (core.pipeline.jvm)
+        conf["spark.jars"] = str(jar)
+    conf["spark.sql.variable.substitute"] = "false"  # ${...} would read the configuration
     for key, value in target.conf:  # SPARK_CONF wins, but the driver keeps its quiet logging
         conf[key] = f"{conf[JAVA_OPTIONS]} {value}" if key == JAVA_OPTIONS else value
     return conf
 
 
 def build_session(
-    target: SparkTarget, *, app: str, local_dir: Path | None = None
+    target: SparkTarget, *, app: str, local_dir: Path | None = None, jar: Path | None = None
 ) -> SparkSession:
     """A new session for `target`. Classic Spark: the JVM is started here, in a session of
     its own (start_new_session), so signals sent to the worker's process group miss it; it
@@ -185,9 +189,13 @@ def build_session(
     if target.remote:
         return SparkSession.builder.remote(target.remote).appName(app).getOrCreate()
     conf = SparkConf().setMaster(target.master)
-    for key, value in base_conf(target, app=app, local_dir=local_dir).items():
+    for key, value in base_conf(target, app=app, local_dir=local_dir, jar=jar).items():
         conf.set(key, value)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the workers' own Python
+    # A process started by one that used Spark Connect inherits PySpark's "this is a remote
+    # client" markers, which make SparkContext refuse to start: settings chose classic.
+    for client_only in ("SPARK_REMOTE", "SPARK_LOCAL_REMOTE", "SPARK_CONNECT_MODE_ENABLED"):
+        os.environ.pop(client_only, None)
     gateway = launch_gateway(  # type: ignore[no-untyped-call]
         conf, popen_kwargs={"start_new_session": True})
     sc = SparkContext(conf=conf, gateway=gateway)
@@ -215,12 +223,21 @@ def get_session() -> SparkSession:
         if _SESSION is not None:
             return _SESSION
         target = target_from_settings()
+        clean_dead_scratch(_var_dir())  # what killed workers' sessions left
         local_dir = _var_dir() / "spark" / str(os.getpid())
         shutil.rmtree(local_dir, ignore_errors=True)  # a previous process's leftovers
         local_dir.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
+        from . import jvm
+
+        try:
+            jar: Path | None = jvm.ensure_jar(_var_dir() / "spark" / "jars")
+        except jvm.JarBuildError as exc:
+            jar = None
+            log.warning("%s; chunks inside a file are read as the file filtered to its rows",
+                        exc)
         _SESSION = build_session(target, app=f"queueadmin-worker-{os.getpid()}",
-                                 local_dir=local_dir)
+                                 local_dir=local_dir, jar=jar)
         _OWNED, _LOCAL_DIR = True, local_dir
         atexit.register(stop_session)
         log.info("spark session ready master=%s version=%s in %.1fs", target.description,

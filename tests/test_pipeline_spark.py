@@ -1,0 +1,104 @@
+"""Where the workers' Spark runs and how it is configured (core.pipeline.spark, server): the
+stack's own Connect server's settings, SPARK_CONF, the classic sessions' settings, the FAIR
+pools, and what a worker waits for before its first data task."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core.pipeline import server, spark
+from core.redis_server import free_port
+
+
+@pytest.mark.parametrize(("master", "setting", "want"), [
+    ("local[*]", 0, os.cpu_count() or 2), ("local[3]", 0, 3), ("local[4, 2]", 0, 4),
+    ("local", 0, 1), ("spark://host:7077", 0, 8), ("local[*]", 12, 12),
+])
+def test_shuffle_partitions_follow_the_local_threads_unless_set(
+    master: str, setting: int, want: int
+) -> None:
+    conf = spark.base_conf(spark.SparkTarget(master=master, shuffle_partitions=setting),
+                           app="t", local_dir=None)
+    assert conf["spark.sql.shuffle.partitions"] == str(want)
+
+
+def test_spark_conf_entries_override_the_defaults_and_add_to_the_drivers_java_options() -> None:
+    target = spark.SparkTarget(conf=spark.parse_conf(
+        "spark.driver.memory=8g; spark.sql.shuffle.partitions = 5\n"
+        "spark.driver.extraJavaOptions=-XX:+UseG1GC -Xss4m"))
+    conf = spark.base_conf(target, app="t", local_dir=None, jar=Path("/j/qa.jar"))
+    assert conf["spark.driver.memory"] == "8g"
+    assert conf["spark.sql.shuffle.partitions"] == "5"
+    assert conf["spark.jars"] == "/j/qa.jar"
+    assert conf["spark.sql.variable.substitute"] == "false"
+    java = conf["spark.driver.extraJavaOptions"]
+    assert java.startswith("-Dlog4j2.configurationFile=") and java.endswith("-XX:+UseG1GC -Xss4m")
+
+
+@pytest.mark.parametrize("bad", ["driver.memory=8g", "spark.driver.memory", "spark.x=",
+                                 "spark.a b=1"])
+def test_a_spark_conf_entry_that_is_no_setting_is_refused_by_name(bad: str) -> None:
+    with pytest.raises(spark.SparkConfError, match=re.escape(repr(bad))):
+        spark.parse_conf(f"spark.ui.enabled=false;{bad}")
+
+
+def test_the_embedded_server_is_fair_quiet_local_and_takes_spark_conf(tmp_path: Path) -> None:
+    config = server.ServerConfig(
+        port=15999, local_dir=tmp_path / "connect", memory="2g", jar=tmp_path / "qa.jar",
+        conf=(("spark.sql.shuffle.partitions", "7"),
+              ("spark.driver.extraJavaOptions", "-Xss4m")))
+    conf = server.server_conf(config)
+    assert conf["spark.scheduler.mode"] == "FAIR"
+    assert conf["spark.connect.grpc.binding.address"] == "127.0.0.1"
+    assert conf["spark.connect.grpc.binding.port"] == "15999"
+    assert conf["spark.master"] == "local[*]" and conf["spark.driver.memory"] == "2g"
+    assert conf["spark.local.dir"] == str(tmp_path / "connect")
+    assert conf["spark.jars"] == str(tmp_path / "qa.jar")
+    assert conf["spark.sql.variable.substitute"] == "false"
+    assert conf["spark.sql.shuffle.partitions"] == "7"  # SPARK_CONF wins
+    assert conf["spark.driver.extraJavaOptions"].endswith(" -Xss4m")  # added to ours
+    argv = server.argv(config)
+    assert argv[0].endswith("/bin/spark-class") and argv[-1] == "spark-internal"
+    assert "spark.connect.grpc.binding.port=15999" in argv
+
+
+def test_the_servers_environment_makes_it_a_server_and_runs_this_python(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """spark-submit refuses a server when SPARK_REMOTE says it is a client (a worker's
+    environment); its Python workers (UDFs, transforms) are this Python."""
+    import sys
+
+    monkeypatch.setenv("SPARK_REMOTE", "sc://elsewhere:15002")
+    env = server.env()
+    assert "SPARK_REMOTE" not in env
+    assert env["PYSPARK_PYTHON"] == sys.executable
+    assert env["MALLOC_ARENA_MAX"] == "2"
+
+
+def test_a_job_runs_in_one_of_1024_fair_pools_chosen_by_its_id() -> None:
+    pools = {spark.job_pool(f"job-{i}") for i in range(5000)}
+    assert all(re.fullmatch(r"queueadmin-\d{4}", p) for p in pools)
+    assert 900 < len(pools) <= 1024
+    assert spark.job_pool("nightly-2026-11-25") == spark.job_pool("nightly-2026-11-25")
+
+
+def test_a_worker_waits_for_a_connect_server_that_does_not_answer(settings: Any) -> None:
+    port = free_port()
+    settings.SPARK_REMOTE, settings.SPARK_MASTER = "", ""
+    settings.SPARK_CONNECT_PORT = port
+    target = spark.target_from_settings()
+    assert target.remote == f"sc://127.0.0.1:{port}" and not target.expected
+    reason = spark.not_ready(target)
+    assert reason == (f"the Spark Connect server at sc://127.0.0.1:{port} does not answer "
+                      "(the stack's own, which `make run` starts; or set SPARK_REMOTE or "
+                      "SPARK_MASTER)")
+    settings.SPARK_REMOTE = f"sc://127.0.0.1:{port}/;token=s3cret"
+    target = spark.target_from_settings()
+    assert target.expected  # configured: a worker waits for it before its first task
+    assert "s3cret" not in (spark.not_ready(target) or "")
