@@ -57,10 +57,17 @@ def payload(op: str, spec: JobSpec, **extra: Any) -> dict[str, Any]:
     return {"op": op, "job": spec.job_id, **extra, "spec": spec.to_dict()}
 
 
+def default_concurrency() -> int:
+    """Chunks of one job at once when the submit does not say (QA_DATAJOB_CONCURRENCY)."""
+    from django.conf import settings
+
+    return int(getattr(settings, "DATAJOB_CONCURRENCY", 1_000_000))
+
+
 @dataclass(frozen=True)
 class QueueOptions:
     priority: int = 50
-    concurrency: int = 1_000_000
+    concurrency: int = field(default_factory=default_concurrency)
     tenant: str = "default"
     max_attempts: int = 3
 

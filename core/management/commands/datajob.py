@@ -51,7 +51,8 @@ class Command(BaseCommand):
         # Defaults: core.pipeline.jobs.QueueOptions'.
         s.add_argument("--priority", "-p", type=int, help="0-99 (default 50)")
         s.add_argument("--concurrency", "-c", type=int,
-                       help="most chunks running at once (default: no limit)")
+                       help="most chunks running at once (default: QA_DATAJOB_CONCURRENCY, "
+                            "else the cores of the stack's own Spark, else no limit)")
         s.add_argument("--tenant", help="client (fair share; default: default)")
         s.add_argument("--max-attempts", type=int,
                        help="attempts per chunk before its dead letter (default 3)")
