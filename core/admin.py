@@ -1,18 +1,30 @@
 """The Django admin: the history (Request, DeadLetter), the audit log and the bulk actions,
 read-only (Redis owns the live state, and an audit entry is never edited); the admin
 actions "requeue dead tasks" and "cancel" go through the service layer (core.ops), which
-checks the permission, acts on what is still in that state, and audits the run."""
+checks the permission, acts on what is still in that state, and audits the run.
+
+Users, groups (their permissions) and the login lockouts (django-axes' access attempts) are
+edited here too: every addition, change and deletion is one audit entry (source "admin"),
+written where Django writes its own admin log entry, and deleting access attempts (the
+"Unlock" action) is the unlock."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
+from axes.admin import AccessAttemptAdmin, AccessLogAdmin
+from axes.models import AccessAttempt, AccessLog
 from django.contrib import admin, messages
-from django.db.models import QuerySet
+from django.contrib.admin.models import LogEntry
+from django.contrib.auth.admin import GroupAdmin, UserAdmin
+from django.contrib.auth.models import Group, User
+from django.db import transaction
+from django.db.models import Model, QuerySet
 from django.http import HttpRequest
 
 from core.models import AuditEntry, BulkAction, DeadLetter, Request
-from core.ops import actions
+from core.ops import actions, audit
 from core.ops.audit import as_actor
 from core.ops.errors import OpsError
 from core.ops.perms import permission_for
@@ -104,3 +116,111 @@ class BulkActionAdmin(ReadOnly):
                     "created_at", "finished_at")
     list_filter = ("status", "action")
     exclude = ("target_ids",)
+
+
+# -- users, groups and login lockouts: every change audited --------------------------------
+
+
+class Audited(admin.ModelAdmin):
+    """Each add, change (a user's groups and permissions, a group's permissions, a password)
+    and delete made here writes one audit entry beside Django's own admin log entry: the
+    actor the admin user, the action "<model>-add|change|delete", the target what changed."""
+
+    audit_name = ""  # the action's prefix: "user", "group"
+
+    def describe(self, obj: Any) -> str:
+        """The object as the audit entry names it (with what it is now, after a change)."""
+        return f"{self.audit_name} {str(obj)!r}"
+
+    def _record(self, request: HttpRequest, verb: str, objs: list[Any], said: str) -> None:
+        what = "; ".join(self.describe(o) for o in objs[: audit.TARGET_IDS_SHOWN])
+        more = len(objs) - audit.TARGET_IDS_SHOWN
+        what += f" and {more:,} more" if more > 0 else ""
+        audit.record(as_actor(request.user, source="admin"), self.audit_action(verb), "",
+                     target=f"{what}{': ' + said if said else ''}", count=len(objs),
+                     acted=len(objs))
+
+    def audit_action(self, verb: str) -> str:
+        return f"{self.audit_name}-{verb}"
+
+    def log_addition(self, request: HttpRequest, obj: Any, message: Any) -> Any:
+        entry = super().log_addition(request, obj, message)
+        self._record(request, "add", [obj], _said(entry))
+        return entry
+
+    def log_change(self, request: HttpRequest, obj: Any, message: Any) -> Any:
+        entry = super().log_change(request, obj, message)
+        self._record(request, "change", [obj], _said(entry))
+        return entry
+
+    def log_deletions(self, request: HttpRequest, queryset: Iterable[Model]) -> Any:
+        objs = list(queryset)
+        entries = super().log_deletions(request, objs)
+        self._record(request, "delete", objs, "")
+        return entries
+
+
+def _said(entry: Any) -> str:
+    """What Django's log entry says changed ("Changed Groups and User permissions.")."""
+    return str(entry.get_change_message()) if isinstance(entry, LogEntry) else ""
+
+
+admin.site.unregister(User)
+admin.site.unregister(Group)
+
+
+@admin.register(User)
+class AuditedUserAdmin(Audited, UserAdmin):
+    audit_name = "user"
+
+    def describe(self, obj: Any) -> str:
+        groups = ", ".join(sorted(obj.groups.values_list("name", flat=True))) or "none"
+        flags = [f for f, on in (("active", obj.is_active), ("staff", obj.is_staff),
+                                 ("superuser", obj.is_superuser)) if on]
+        return (f"user {obj.get_username()!r} (groups: {groups}; "
+                f"{', '.join(flags) or 'inactive'})")
+
+
+@admin.register(Group)
+class AuditedGroupAdmin(Audited, GroupAdmin):
+    audit_name = "group"
+
+    def describe(self, obj: Any) -> str:
+        perms = sorted(f"{app}.{code}" for app, code in obj.permissions.values_list(
+            "content_type__app_label", "codename"))
+        return f"group {obj.name!r} (permissions: {', '.join(perms) or 'none'})"
+
+
+@admin.register(AccessAttempt)
+class UnlockAdmin(Audited, AccessAttemptAdmin):
+    """django-axes' failed logins per user name and address: deleting them (the Unlock
+    action, or Delete) lifts the lockout they caused; audited as "unlock"."""
+
+    audit_name = "unlock"
+    actions = ["unlock"]  # not axes' "clean up expired": a change that no entry would record
+
+    def audit_action(self, verb: str) -> str:
+        return "unlock" if verb == "delete" else f"{self.audit_name}-{verb}"
+
+    def describe(self, obj: Any) -> str:
+        return (f"failed logins of user name {obj.username!r} from {obj.ip_address} "
+                f"({obj.failures_since_start})")
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # what axes recorded is not edited, only deleted
+
+    @admin.action(description="Unlock: forget the selected failed logins",
+                  permissions=["delete"])
+    def unlock(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        with transaction.atomic():
+            objs = list(queryset.select_for_update())
+            self.log_deletions(request, objs)
+            AccessAttempt.objects.filter(pk__in=[o.pk for o in objs]).delete()
+        self.message_user(request, f"Unlocked: {len(objs)} record(s) of failed logins removed; "
+                                   "their user names and addresses may log in again.",
+                          messages.SUCCESS)
+
+
+@admin.register(AccessLog)
+class LoginLogAdmin(AccessLogAdmin, ReadOnly):
+    """Successful logins and logouts, as django-axes records them: read-only."""

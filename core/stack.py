@@ -44,6 +44,10 @@ POLL_S = 0.5
 LISTEN_TIMEOUT_S = 30.0
 ADMIN_USERNAME = "admin"
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# What in QA_VAR_DIR is its user's only (the directory itself is 0700): the secret key, the
+# admin's password, the SQLite database and the files SQLite keeps beside it.
+PRIVATE_FILES = ("secret_key", "admin_password", "db.sqlite3", "db.sqlite3-journal",
+                 "db.sqlite3-wal", "db.sqlite3-shm", "stack.lock")
 # Task slots per worker. A data chunk's work is the Spark server's, not the worker's: with two
 # slots each, two workers keep four chunks in Spark, whose fixed costs (planning, scheduling,
 # committing) then overlap with the others' work on the cores.
@@ -119,6 +123,7 @@ class Stack:
         self.lock = self._lock_data_dir()
         previous = {s: signal.signal(s, self._on_signal) for s in STOP_SIGNALS}
         try:
+            self._make_private()
             self._check_port_free(self.host, self.port, "PORT / HOST")
             if self.embedded_redis:
                 self._start_embedded_redis()
@@ -144,6 +149,10 @@ class Stack:
     def services(self) -> list[ChildSpec]:
         """The long-running processes, started in this order and stopped in reverse."""
         bind = f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+        # gunicorn believes X-Forwarded-Proto from 127.0.0.1 unless told otherwise, and the
+        # request would then be "secure" (Secure cookies over plain HTTP): only when
+        # QA_TRUST_X_FORWARDED_PROTO says a proxy sets it is it believed (by Django).
+        trusted = getattr(settings, "SECURE_PROXY_SSL_HEADER", None) is not None
         specs = [
             ChildSpec(
                 "gunicorn",
@@ -151,6 +160,7 @@ class Stack:
                     sys.executable, "-m", "gunicorn", "queueadmin.wsgi:application",
                     "--bind", bind, "--workers", "2", "--graceful-timeout", "5",
                     "--access-logfile", "-",
+                    *([] if trusted else ["--forwarded-allow-ips", ""]),
                 ],
             ),
         ]
@@ -244,10 +254,26 @@ class Stack:
         self.out.write(f"spark connect server on {config.url} (local[{config.cores}], "
                        f"driver memory {config.memory}, scratch in {config.local_dir})\n")
 
+    def _make_private(self) -> None:
+        """QA_VAR_DIR and its secrets for this user only (0700, files 0600), also when they
+        were made before (or by hand) with wider modes."""
+        try:
+            self.var_dir.chmod(0o700)
+            for name in PRIVATE_FILES:
+                path = self.var_dir / name
+                if path.exists() and path.stat().st_mode & 0o077:
+                    path.chmod(0o600)
+        except OSError as exc:
+            raise CommandError(
+                f"cannot make QA_VAR_DIR={self.var_dir} private to this user: {exc.strerror} "
+                f"({exc.filename}); give the stack a directory of its own"
+            ) from exc
+
     def _prepare(self) -> None:
         from django.db import connections
 
         call_command("migrate", interactive=False, verbosity=0)
+        self._make_private()  # a database that migrate has just made
         call_command("collectstatic", interactive=False, verbosity=0)
         self._ensure_admin()
         self._ensure_sample()
@@ -269,6 +295,8 @@ class Stack:
     def _ensure_admin(self) -> None:
         from django.contrib.auth import get_user_model
 
+        from core.ops import audit
+
         user_model = get_user_model()
         wanted = settings.QA_ADMIN_PASSWORD
         user = user_model.objects.filter(username=ADMIN_USERNAME).first()
@@ -276,6 +304,8 @@ class Stack:
         if user is None:
             password = wanted or secrets.token_urlsafe(12)
             user_model.objects.create_superuser(ADMIN_USERNAME, "", password)
+            audit.record(audit.os_actor(), "user-add", "", count=1, acted=1,
+                         target=f"user {ADMIN_USERNAME!r}, superuser (runstack's first start)")
             if wanted:
                 self.out.write(f"created user {ADMIN_USERNAME} with QA_ADMIN_PASSWORD\n")
             else:
@@ -290,6 +320,9 @@ class Stack:
         elif wanted and not user.check_password(wanted):
             user.set_password(wanted)
             user.save(update_fields=["password"])
+            audit.record(audit.os_actor(), "user-change", "", count=1, acted=1,
+                         target=f"user {ADMIN_USERNAME!r}: password set from QA_ADMIN_PASSWORD "
+                                "(runstack)")
             self.out.write(f"set the password of {ADMIN_USERNAME} from QA_ADMIN_PASSWORD\n")
         elif not wanted and stored.exists():
             self.out.write(f"log in as {ADMIN_USERNAME}; its password is in {stored}\n")

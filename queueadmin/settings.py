@@ -18,7 +18,14 @@ METRICS_TOKEN  bearer token that /metrics requires (unset: /metrics answers 404)
 QA_SECURE_COOKIES  "1": session and CSRF cookies only over HTTPS even when Django sees plain
                HTTP (behind a TLS proxy that sets no X-Forwarded-Proto); they are Secure
                anyway whenever the request came over HTTPS
-QA_TRUST_X_FORWARDED_PROTO  "1": behind a proxy that sets X-Forwarded-Proto, trust it
+QA_TRUST_X_FORWARDED_PROTO  "1": behind a proxy that sets X-Forwarded-Proto, trust it (else
+               neither Django nor the stack's gunicorn believes the header)
+QA_TRUST_X_FORWARDED_FOR  "1": behind one proxy that appends the caller's address to
+               X-Forwarded-For, count failed logins by that address (else by the peer's)
+QA_LOGIN_FAILURE_LIMIT  failed logins, per user name and per address, before logging in is
+               locked (default 5)
+QA_LOGIN_LOCKOUT_MIN  minutes a lockout lasts, counted from the last failure before it
+               (default 15); an admin can unlock sooner
 QA_CONSOLE_CACHE_S  seconds the console shares per-queue aggregates between requests (1)
 SPARK_REMOTE   the Spark Connect server the workers run data jobs on, sc://host:15002 (default:
                the stack's own, started by `runstack` on 127.0.0.1:QA_SPARK_PORT)
@@ -45,6 +52,7 @@ from __future__ import annotations
 
 import os
 import secrets
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -63,10 +71,11 @@ def _env_list(name: str, default: str) -> list[str]:
 
 
 def _stored_secret_key(path: Path) -> str:
-    """The key kept in `path`, created on first use. Written to a temporary file and linked
-    into place, so concurrent first starts (gunicorn workers) all end up with the one key."""
+    """The key kept in `path`, created on first use (in a directory only its owner may enter,
+    when it makes it). Written to a temporary file and linked into place, so concurrent first
+    starts (gunicorn workers) all end up with the one key."""
     if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
@@ -77,6 +86,8 @@ def _stored_secret_key(path: Path) -> str:
             pass  # another process won the race: use its key
         finally:
             tmp.unlink()
+    if path.stat().st_mode & 0o077:  # a key file from before it was kept private
+        path.chmod(0o600)
     return path.read_text().strip()
 
 
@@ -133,6 +144,9 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "core",
+    # Login throttling (django-axes): after core, so that core's receiver of a failed login
+    # runs before axes' own and sees whether the login was refused for an earlier lockout.
+    "axes",
 ]
 
 MIDDLEWARE = [
@@ -150,6 +164,14 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "core.console.errors.RedisDownMiddleware",
+    # Last, as django-axes asks: turns a locked-out login into the lockout page.
+    "axes.middleware.AxesMiddleware",
+]
+
+AUTHENTICATION_BACKENDS = [
+    # Refuses every login while its user name or its address is locked out (django-axes).
+    "core.console.login.LoginThrottle",
+    "django.contrib.auth.backends.ModelBackend",
 ]
 
 ROOT_URLCONF = "queueadmin.urls"
@@ -201,6 +223,25 @@ SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = _env_flag("QA_SECURE_COOKIES")
 if _env_flag("QA_TRUST_X_FORWARDED_PROTO"):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 X_FRAME_OPTIONS = "DENY"
+
+# Login throttling (django-axes; core/console/login.py): QA_LOGIN_FAILURE_LIMIT failed logins
+# of one user name (from anywhere), or from one address (for any user name), lock that name or
+# address out for QA_LOGIN_LOCKOUT_MIN minutes; the attempts refused meanwhile neither count
+# nor extend it, and a successful login does not clear an address' count (an account holder
+# cannot reset it between guesses at other accounts). An admin unlocks sooner in the Django
+# admin (Access attempts), or with `manage.py axes_reset_username NAME` / `axes_reset_ip IP`;
+# both are audited, and so is every failed login.
+AXES_FAILURE_LIMIT = int(os.environ.get("QA_LOGIN_FAILURE_LIMIT") or "5")
+AXES_COOLOFF_TIME = timedelta(minutes=float(os.environ.get("QA_LOGIN_LOCKOUT_MIN") or "15"))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+AXES_RESET_ON_SUCCESS = False
+AXES_LOCKOUT_CALLABLE = "core.console.login.locked_out"
+AXES_CLIENT_IP_CALLABLE = "core.console.login.client_address"
+AXES_HANDLER = "core.console.login.AuditedAxesHandler"
+AXES_ENABLE_ADMIN = False  # core/admin.py registers its models, with every change audited
+AXES_VERBOSE = False  # the audit log has each failed login already
+TRUST_X_FORWARDED_FOR = _env_flag("QA_TRUST_X_FORWARDED_FOR")
 
 # The console.
 METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")

@@ -126,8 +126,10 @@ def test_stopping_midway_leaves_counts_that_add_up(q: Queue, admin_user: User) -
     assert step(b, state)
     b = bulk.get(made.pk)
     assert (b.status, b.position, b.acted, b.skipped) == ("stopped", 1000, 1000, 0)
-    entry = AuditEntry.objects.get(bulk=made)
+    entry = AuditEntry.objects.get(bulk=made, action="delete")
     assert (entry.count, entry.acted + entry.skipped) == (2500, 1000)
+    stop = AuditEntry.objects.get(bulk=made, action="stop")  # who stopped it, on its own
+    assert (stop.actor, stop.acted, stop.refused) == ("ada", 1, False)
     assert still_dead(q, ids) == 1500
     assert still_dead(q, ids[:1000]) == 0  # the snapshot's order: oldest first
 

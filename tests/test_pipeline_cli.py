@@ -4,10 +4,12 @@ and a job followed to its end, done or failed, with `show` printing its manifest
 
 from __future__ import annotations
 
+import getpass
 import io
 import json
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 import time
@@ -31,6 +33,8 @@ from tests.conftest import keys_under
 from tests.pipeline_support import flights, run_worker
 
 ROOT = Path(__file__).resolve().parent.parent
+# A submit, a cancel and a clean each write their audit entry.
+pytestmark = pytest.mark.django_db
 
 
 def refused(**kw: Any) -> str:
@@ -124,8 +128,8 @@ def test_a_submit_checks_and_queues_a_job_without_starting_spark(
     tmp_path: Path, redis_server: RedisServer, redis_client: redis.Redis, prefix: str
 ) -> None:
     """`manage.py datajob submit` as a person runs it: the job is checked (its SQL against
-    the input's columns) and queued, and the process never imports PySpark (no JVM, no
-    Spark Connect session)."""
+    the input's columns), queued and audited with the OS user as its actor, and the process
+    never imports PySpark (no JVM, no Spark Connect session)."""
     data = tmp_path / "in.csv"
     flights(20).to_csv(data, index=False)
     script = ("import sys, django; django.setup()\n"
@@ -135,6 +139,10 @@ def test_a_submit_checks_and_queues_a_job_without_starting_spark(
     env = os.environ | {"DJANGO_SETTINGS_MODULE": "queueadmin.settings",
                         "REDIS_URL": redis_server.url, "QUEUE_PREFIX": prefix,
                         "SECRET_KEY": "cli-tests", "QA_VAR_DIR": str(tmp_path / "var")}
+    env.pop("DATABASE_URL", None)  # the audit log in var/db.sqlite3, as `make run` makes it
+    (tmp_path / "var").mkdir()
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env,
+                   check=True, timeout=120)
     done = subprocess.run(
         [sys.executable, "-c", script, "submit", "--input", str(data), "--format", "csv",
          "--sql", "SELECT carrier, count(*) AS n FROM chunk GROUP BY carrier",
@@ -144,6 +152,11 @@ def test_a_submit_checks_and_queues_a_job_without_starting_spark(
     assert done.stdout.splitlines() == ["nospark1", "[]"]
     st = jobs.status(Queue(redis_client, "default", prefix=prefix), "nospark1")
     assert st.state == "running" and st.spec is not None and st.spec.input == str(data)
+    with sqlite3.connect(tmp_path / "var" / "db.sqlite3") as db:
+        rows = db.execute("SELECT actor, source, action, target, acted FROM core_auditentry"
+                          ).fetchall()
+    assert rows == [(f"os:{getpass.getuser()}", "cli", "datajob",
+                     f"data job nospark1: {data} -> {tmp_path / 'o'}", 1)]
 
 
 @pytest.mark.slow

@@ -21,7 +21,8 @@ from core.queue import Queue
 from core.sample import nycflights13
 from tests.pipeline_support import run_worker
 
-pytestmark = pytest.mark.slow
+# Spark; and a datajob submit writes its audit entry.
+pytestmark = [pytest.mark.slow, pytest.mark.django_db]
 README = Path(__file__).resolve().parent.parent / "README.md"
 
 

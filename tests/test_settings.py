@@ -94,3 +94,13 @@ def test_environment_overrides(tmp_path: Path) -> None:
                                                   ("yes", False), ("", False)])
 def test_debug_is_on_only_for_1_or_true(tmp_path: Path, value: str, expected: bool) -> None:
     assert load(tmp_path, DEBUG=value)["debug"] is expected
+
+
+def test_var_dir_and_secret_key_are_private_also_when_made_before(tmp_path: Path) -> None:
+    load(tmp_path)
+    var = tmp_path / "var"
+    assert var.stat().st_mode & 0o777 == 0o700  # made here: its user's only
+    key = var / "secret_key"
+    key.chmod(0o644)  # a key file from before it was kept private
+    assert load(tmp_path)["secret_key"] == key.read_text().strip()
+    assert key.stat().st_mode & 0o777 == 0o600

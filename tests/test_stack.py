@@ -352,3 +352,36 @@ def _until(condition: Callable[[], bool], timeout: float = 30) -> None:
     while not condition():
         assert time.monotonic() < deadline, "condition not met in time"
         time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_var_stays_private_and_a_forwarded_proto_is_not_believed(
+    start_stack: StartStack, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """QA_VAR_DIR made before with wide modes is made private (0700, its secrets 0600); and
+    without QA_TRUST_X_FORWARDED_PROTO, gunicorn does not take a request from 127.0.0.1 that
+    says X-Forwarded-Proto: https for a secure one (its cookies would be Secure over HTTP)."""
+    var = tmp_path / "var"
+    var.mkdir()
+    var.chmod(0o755)
+    (var / "secret_key").write_text("an-old-key-" * 5)
+    (var / "secret_key").chmod(0o644)
+    stack = start_stack(REDIS_URL=redis_server.url, QUEUE_PREFIX="stackprivate")
+    stack.wait_for_line(r"queueadmin is up")
+    assert var.stat().st_mode & 0o777 == 0o700
+    for name in ("secret_key", "admin_password", "db.sqlite3"):
+        assert (var / name).stat().st_mode & 0o777 == 0o600, name
+
+    forwarded = urllib.request.Request(stack.url("/login/"),
+                                       headers={"X-Forwarded-Proto": "https"})
+    with _opener().open(forwarded, timeout=10) as response:
+        cookies = response.headers.get_all("Set-Cookie") or []
+        assert response.headers["Cache-Control"] and "no-store" in response.headers[
+            "Cache-Control"]
+    assert any(c.startswith("csrftoken=") for c in cookies), cookies
+    assert not any("secure" in c.lower() for c in cookies), cookies
+    with _opener().open(stack.url("/static/core/console.css"), timeout=10) as response:
+        assert response.headers["X-Frame-Options"] == "DENY"
+
+    stack.process.send_signal(signal.SIGINT)
+    assert stack.process.wait(30) == 0

@@ -6,9 +6,10 @@ to do; engine and Redis errors are translated here, in one place.
 
 from __future__ import annotations
 
+from argparse import ArgumentParser
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, TextIO, cast
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -16,6 +17,9 @@ from django.core.management.base import CommandError
 
 from core.conf import redacted
 from core.queue import InvalidInput, QueueError, RedisUnavailable, UnknownRequest
+
+if TYPE_CHECKING:
+    from core.ops.audit import Actor
 
 
 def unreachable_message(url: str) -> str:
@@ -41,6 +45,26 @@ def command_errors(action: str) -> Iterator[None]:
         raise CommandError(f"{action} failed: {exc}") from exc
     except ImproperlyConfigured as exc:
         raise CommandError(str(exc)) from exc
+
+
+def add_actor_option(parser: ArgumentParser) -> None:
+    """`--as NAME`, for every command that changes state."""
+    parser.add_argument(
+        "--as", dest="as_user", metavar="NAME",
+        help="act as the console user NAME, with its permissions, and audit it so (default: "
+             "the OS user, who may do everything)")
+
+
+def actor_option(name: str | None) -> Actor:
+    """The actor a command's `--as` names (the OS user without it); CommandError (exit 2) if
+    there is no such console user."""
+    from core.ops.audit import cli_actor
+    from core.ops.errors import BadInput
+
+    try:
+        return cli_actor(name)
+    except BadInput as exc:
+        raise CommandError(str(exc), returncode=2) from exc
 
 
 def raw_stream(stream: Any) -> TextIO:

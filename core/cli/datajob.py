@@ -21,8 +21,33 @@ from core.queue.keys import validate_id
 
 if TYPE_CHECKING:
     from core.ops.actions import Result
+    from core.ops.audit import Actor
 
 # What only --wait, show or cancel need is imported there: a plain submit answers sooner.
+
+# As the console's submit form (core/views/datajobs.py): the permission and the audit action.
+SUBMIT_PERMISSION = "core.submit_datajob"
+SUBMIT_ACTION = "datajob"
+# Cleaning removes what cancelled jobs left: whoever may cancel may clean.
+CLEAN_PERMISSION = "core.cancel_request"
+CLEAN_ACTION = "datajob-clean"
+
+
+def _allowed(actor: Actor, action: str, queue: str, target: str, permission: str) -> None:
+    """CommandError (the refusal audited) unless `actor` may; CommandError too, with nothing
+    done, if the audit log cannot be written."""
+    from core.ops import audit
+    from core.ops.errors import AuditUnavailable
+
+    try:
+        audit.require_log()
+    except AuditUnavailable as exc:
+        raise CommandError(f"{action}: nothing done: {exc}") from exc
+    if not audit.may(actor, permission):
+        audit.record(actor, action, queue, target=target, count=1, refused=True,
+                     error=f"{actor.name} lacks the permission {permission}")
+        raise CommandError(f"{action}: nothing done: {actor.name} may not: it needs the "
+                           f"permission {permission} (the refusal was recorded)")
 
 
 def build_spec(
@@ -59,19 +84,32 @@ def queue_options(*, priority: int | str | None = None, concurrency: int | str |
 def submit(
     spec: JobSpec, *, queue: str | None = None, options: jobs.QueueOptions | None = None,
     wait: bool = False, timeout: float | None = None, stdout: TextIO | None = None,
-    stderr: TextIO | None = None,
+    stderr: TextIO | None = None, actor: Actor | None = None,
 ) -> jobs.JobStatus | None:
     """Queue a checked job and print its id; with `wait`, follow it and raise CommandError
-    unless it ends done (saying which chunk failed and why)."""
+    unless it ends done (saying which chunk failed and why). One audit entry, as the
+    console's form writes it, with the OS user (or `actor`) as the actor."""
+    from core.ops import audit
+    from core.queue import QueueError
+
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
+    actor = actor or audit.os_actor()
     with command_errors("datajob submit"):
         q = get_queue(queue or "default")
+        target = f"data job {spec.job_id}: {spec.input} -> {spec.output}"
+        _allowed(actor, SUBMIT_ACTION, q.name, target, SUBMIT_PERMISSION)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", UnknownHandlerWarning)
             try:
                 created = jobs.submit(q, spec, options)
             except SpecError as exc:  # the id is another request's: nothing was written
                 raise CommandError(f"data job refused: {exc}") from exc
+            except QueueError as exc:  # Redis away or refusing: the entry says so
+                audit.record(actor, SUBMIT_ACTION, q.name, target=target, count=1,
+                             error=str(exc))
+                raise
+        audit.record(actor, SUBMIT_ACTION, q.name, target=target, count=1,
+                     acted=int(created), skipped=int(not created))
         if caught:
             stderr.write(f"warning: no worker of queue {q.name!r} runs data jobs yet (handler "
                          f"{jobs.HANDLER!r}): the job waits until one starts "
@@ -174,7 +212,7 @@ def show(target: str, *, queue: str | None = None, stdout: TextIO | None = None)
 
 
 def cancel(job_id: str, *, queue: str | None = None, wait_s: float = jobs.CANCEL_WAIT_S,
-           stdout: TextIO | None = None) -> Result:
+           stdout: TextIO | None = None, actor: Actor | None = None) -> Result:
     """Cancel a data job (both its requests; audited as `manage.py cancel` is), wait up to
     `wait_s` for its running tasks to stop, then remove its staging data; say what became of
     it."""
@@ -191,7 +229,7 @@ def cancel(job_id: str, *, queue: str | None = None, wait_s: float = jobs.CANCEL
                                "expired: `datajob clean` still removes its staging if it "
                                "was cancelled)")
     with ops_errors("datajob cancel"):
-        result = actions.cancel(os_actor(), q.name, [job_id], job_wait_s=wait_s)
+        result = actions.cancel(actor or os_actor(), q.name, [job_id], job_wait_s=wait_s)
     stdout.write(f"data job {job_id} cancelled\n" if result.acted else
                  f"data job {job_id}: nothing to cancel (finished or cancelled already)\n")
     for note in result.notes:
@@ -200,13 +238,29 @@ def cancel(job_id: str, *, queue: str | None = None, wait_s: float = jobs.CANCEL
 
 
 def clean(*, queue: str | None = None, dry_run: bool = False,
-          stdout: TextIO | None = None) -> list[jobs.Cleanup]:
+          stdout: TextIO | None = None, actor: Actor | None = None) -> list[jobs.Cleanup]:
     """Remove the staging data of the queue's cancelled or expired jobs that have no task
-    running (never of a running, held, failed or done job); print each and the bytes."""
+    running (never of a running, held, failed or done job); print each and the bytes. One
+    audit entry (a dry run's too, saying so), with the OS user (or `actor`) as the actor."""
+    from core.ops import audit
+    from core.queue import QueueError
+
     stdout = stdout or sys.stdout
+    actor = actor or audit.os_actor()
     with command_errors("datajob clean"):
         q = get_queue(queue or "default")
-        removed = jobs.clean(q, dry_run=dry_run)
+        what = f"staging of the cancelled or expired data jobs of queue {q.name}"
+        target = f"dry run: {what}" if dry_run else what
+        _allowed(actor, CLEAN_ACTION, q.name, target, CLEAN_PERMISSION)
+        try:
+            removed = jobs.clean(q, dry_run=dry_run)
+        except QueueError as exc:
+            audit.record(actor, CLEAN_ACTION, q.name, target=target, count=0, error=str(exc))
+            raise
+        if removed:
+            target += ": " + audit.describe_ids([c.job_id for c in removed])
+        audit.record(actor, CLEAN_ACTION, q.name, target=target, count=len(removed),
+                     acted=0 if dry_run else len(removed))
     verb = "would remove" if dry_run else "removed"
     for c in removed:
         stdout.write(f"{verb} {c.staging} (data job {c.job_id}, {c.state}, "

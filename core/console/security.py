@@ -1,4 +1,6 @@
-"""Security headers on every response, and Secure cookies when the request came over HTTPS.
+"""Security headers on every response (static files too), `Cache-Control: no-store` on every
+response that sets no caching of its own (every page), and Secure cookies when the request
+came over HTTPS.
 
 The Content-Security-Policy allows scripts and styles from our own origin only: no inline
 script, no inline style (htmx is told not to inject its indicator style, see base.html), no
@@ -34,6 +36,11 @@ class SecurityHeadersMiddleware:
         response.headers.setdefault("Content-Security-Policy", CSP)
         response.headers.setdefault("X-Content-Type-Options", "nosniff")
         response.headers.setdefault("Referrer-Policy", "same-origin")
+        # Static files (whitenoise answers them before XFrameOptionsMiddleware runs) too.
+        response.headers.setdefault("X-Frame-Options", "DENY")
+        # A page holds what its viewer may see: no cache keeps it (a shared proxy, the back
+        # button after logout). Static files say how they may be cached themselves.
+        response.headers.setdefault("Cache-Control", "no-store")
         if request.is_secure():
             # Served over HTTPS (directly, or behind a proxy that SECURE_PROXY_SSL_HEADER
             # trusts): the session and CSRF cookies never travel over plain HTTP.

@@ -9,15 +9,29 @@ import secrets
 from django.contrib.auth.models import Group, User
 from django.db import transaction
 
+from core.ops import audit
+from core.ops.audit import Actor, os_actor
+
 ROLES = ("viewer", "operator", "admin")
+ADD_PERMISSION = "auth.add_user"
+ADD_ACTION = "user-add"  # as the Django admin's "add user" is audited (core/admin.py)
 
 
 class UserError(Exception):
     """A user that cannot be made as asked; the message says why."""
 
 
-def create_user(name: str, role: str) -> str:
-    """Create user `name` in group `role`; returns its generated password (shown once)."""
+def create_user(name: str, role: str, actor: Actor | None = None) -> str:
+    """Create user `name` in group `role`; returns its generated password (shown once). One
+    audit entry (action "user-add"), the OS user (or `actor`) as the actor; an actor without
+    the permission to add users is refused, and the refusal recorded."""
+    actor = actor or os_actor()
+    target = f"user {name!r}, role {role}"
+    if not audit.may(actor, ADD_PERMISSION):
+        audit.record(actor, ADD_ACTION, "", target=target, count=1, refused=True,
+                     error=f"{actor.name} lacks the permission {ADD_PERMISSION}")
+        raise UserError(f"{actor.name} may not create users: it needs the permission "
+                        f"{ADD_PERMISSION} (the refusal was recorded)")
     if role not in ROLES:
         raise UserError(f"unknown role {role!r}: use one of {', '.join(ROLES)}")
     if not name.strip():
@@ -32,4 +46,5 @@ def create_user(name: str, role: str) -> str:
     with transaction.atomic():
         user = User.objects.create_user(name, password=password, is_staff=role == "admin")
         user.groups.add(group)
+        audit.record(actor, ADD_ACTION, "", target=target, count=1, acted=1)
     return password

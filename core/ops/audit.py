@@ -42,6 +42,38 @@ def os_actor() -> Actor:
     return Actor(f"os:{login}", None, "cli")
 
 
+def cli_actor(name: str | None = None) -> Actor:
+    """The actor of a management command: the OS user, or with `--as NAME` the console user
+    NAME (active), whose permissions then apply as they would in the console. BadInput if
+    there is no such user."""
+    if not name:
+        return os_actor()
+    from django.contrib.auth import get_user_model
+
+    from .errors import BadInput
+
+    user = get_user_model().objects.filter(username=name).first()
+    if user is None or not user.is_active:
+        raise BadInput(f"--as {name!r}: there is no active console user of that name "
+                       "(leave --as out to act as the OS user)")
+    return Actor(user.get_username(), user, "cli")
+
+
+def require_log() -> None:
+    """AuditUnavailable unless the audit log can be reached (a database, migrated): an action
+    from the command line that could leave no entry is not done."""
+    from django.db import DatabaseError
+
+    from .errors import AuditUnavailable
+
+    try:
+        AuditEntry.objects.filter(pk=0).exists()
+    except DatabaseError as exc:
+        raise AuditUnavailable(f"the audit log cannot be written ({exc}): run `manage.py "
+                               "migrate` (`make run` does), or set DATABASE_URL to the "
+                               "console's database") from exc
+
+
 def may(actor: Actor, permission: str) -> bool:
     """Whether `actor` holds `permission`. A command line user may do everything: whoever
     can run manage.py holds the database's and Redis' credentials anyway."""

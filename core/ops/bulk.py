@@ -23,7 +23,8 @@ from core.models import BulkAction, DeadLetter, Request
 from . import audit
 from .actions import check_permission, open_queue
 from .audit import as_actor
-from .errors import BadInput
+from .errors import BadInput, Refused
+from .perms import permission_for
 
 ACTIONS = ("requeue", "delete", "cancel")
 DEAD_FILTERS = ("handler", "tenant", "request", "fingerprint", "since", "until")
@@ -203,10 +204,26 @@ def confirm(
 
 def stop(actor: Any, bulk_id: int) -> BulkAction:
     """Ask the runner to stop after the chunk it is on ("stopping", then "stopped"); a
-    preview never confirmed is stopped at once."""
-    _, b = _get_for(actor, bulk_id, "stop")
+    preview never confirmed is stopped at once. One audit entry (action "stop", linked to
+    the bulk action) says who stopped it, or that it had finished already (skipped)."""
+    who = as_actor(actor)
+    try:
+        b = get(bulk_id)
+    except BulkAction.DoesNotExist:
+        raise BadInput(f"there is no bulk action {bulk_id}") from None
+    target = f"stop bulk action #{b.pk}: {b.description}"
+    if not audit.may(who, permission_for(b.action)):
+        audit.record(who, "stop", b.queue, target=target, count=1, refused=True,
+                     error=f"{who.name} lacks the permission {permission_for(b.action)}",
+                     bulk=b)
+        raise Refused(f"{who.name} may not stop a bulk {b.action}: it needs the permission "
+                      f"{permission_for(b.action)} (the refusal was recorded)")
     now = timezone.now()
-    BulkAction.objects.filter(pk=b.pk, status="previewed").update(status="stopped",
-                                                                  finished_at=now)
-    BulkAction.objects.filter(pk=b.pk, status="running").update(status="stopping")
+    with transaction.atomic():
+        stopped = BulkAction.objects.filter(pk=b.pk, status="previewed").update(
+            status="stopped", finished_at=now)
+        stopped += BulkAction.objects.filter(pk=b.pk, status="running").update(
+            status="stopping")
+        audit.record(who, "stop", b.queue, target=target, count=1, acted=stopped,
+                     skipped=1 - stopped, bulk=b)
     return get(b.pk)

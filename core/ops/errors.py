@@ -18,3 +18,7 @@ class StaleState(OpsError):
 
 class BadInput(OpsError, ValueError):
     """Unknown queue, malformed or unknown ids, a filter that is not one: nothing was done."""
+
+
+class AuditUnavailable(OpsError):
+    """The audit log's database cannot be reached: nothing was done."""

@@ -10,8 +10,12 @@
 | pause_queue          | pause, resume                      | admin           |
 | submit_datajob       | the Data jobs page's submit form   | operator admin  |
 
-Granted through groups (migrations 0004, 0005), never through is_staff or is_superuser alone (a
-superuser has every permission, as Django gives it).
+The admin group also sees django-axes' failed logins and login log in the Django admin and
+may unlock (delete failed logins): axes.view_accessattempt, axes.delete_accessattempt,
+axes.view_accesslog (migration 0007).
+
+Granted through groups (migrations 0004, 0005, 0007), never through is_staff or is_superuser
+alone (a superuser has every permission, as Django gives it).
 """
 
 from __future__ import annotations

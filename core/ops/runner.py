@@ -48,9 +48,10 @@ def _save(b: BulkAction, position: int, tally: Tally, **extra: object) -> None:
     b.skipped += tally.skipped
     BulkAction.objects.filter(pk=b.pk).update(position=b.position, acted=b.acted,
                                               skipped=b.skipped, **extra)
-    AuditEntry.objects.filter(bulk=b).update(acted=b.acted, skipped=b.skipped,
-                                             **({"error": extra["error"]} if "error" in extra
-                                                else {}))
+    # The run's own entry (written at confirm), not a stop's, which has an action of its own.
+    AuditEntry.objects.filter(bulk=b, action=b.action).update(
+        acted=b.acted, skipped=b.skipped,
+        **({"error": extra["error"]} if "error" in extra else {}))
 
 
 def _finish(b: BulkAction, status: str, error: str = "") -> None:
@@ -58,7 +59,7 @@ def _finish(b: BulkAction, status: str, error: str = "") -> None:
     BulkAction.objects.filter(pk=b.pk).update(status=status, finished_at=timezone.now(),
                                               error=error)
     if error:
-        AuditEntry.objects.filter(bulk=b).update(error=error)
+        AuditEntry.objects.filter(bulk=b, action=b.action).update(error=error)
     log.info("bulk action #%d %s: %s; acted %d, skipped %d of %d", b.pk, status,
              b.description, b.acted, b.skipped, b.count)
 

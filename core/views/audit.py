@@ -16,7 +16,9 @@ from core.ops import audit
 from .common import console_page, page
 
 ACTIONS = ("requeue", "delete", "cancel", "claim", "release", "reclaim", "pause", "resume",
-           "datajob")
+           "stop", "datajob", "datajob-clean", "login", "unlock", "login-log-reset",
+           "user-add", "user-change", "user-delete", "group-add", "group-change",
+           "group-delete")
 PAGE = 50
 
 

@@ -7,21 +7,22 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from core.cli import raw_stream
+from core.cli import actor_option, add_actor_option, raw_stream
 from core.cli.ops import cancel
 from core.conf import DEFAULT_QUEUE
 
 
 class Command(BaseCommand):
     help = ("Cancel requests: waiting tasks are dropped, running ones told to stop. Audited "
-            "with the OS user as the actor.")
+            "with the OS user (or --as) as the actor.")
 
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("--queue", "-q", default=DEFAULT_QUEUE)
         parser.add_argument("ids", nargs="+", metavar="RID", help="request ids (at most 1,000)")
         parser.add_argument("--dry-run", action="store_true",
                             help="print how many it would cancel; change nothing")
+        add_actor_option(parser)
 
     def handle(self, *args: Any, **o: Any) -> None:
         cancel(queue=o["queue"], ids=o["ids"], dry_run=o["dry_run"],
-               out=raw_stream(self.stdout))
+               out=raw_stream(self.stdout), actor=actor_option(o["as_user"]))

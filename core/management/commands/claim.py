@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from core.cli import raw_stream
+from core.cli import actor_option, add_actor_option, raw_stream
 from core.cli.ops import move
 from core.conf import DEFAULT_QUEUE
 
@@ -27,11 +27,12 @@ def add_entry_options(parser: ArgumentParser) -> None:
                         help="skip a task delivered again less than MS ago (default 0)")
     parser.add_argument("--dry-run", action="store_true",
                         help="print how many it would move; change nothing")
+    add_actor_option(parser)
 
 
 class Command(BaseCommand):
     help = ("Claim pending entries: leased tasks move to another live worker (no attempt "
-            "spent). Audited with the OS user as the actor.")
+            "spent). Audited with the OS user (or --as) as the actor.")
 
     def add_arguments(self, parser: ArgumentParser) -> None:
         add_entry_options(parser)
@@ -41,4 +42,4 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **o: Any) -> None:
         move(action=ACTION, queue=o["queue"], request=o["request"], tasks=o["tasks"],
              holder=o["holder"], to=o["to"], min_idle_ms=o["min_idle"], dry_run=o["dry_run"],
-             out=raw_stream(self.stdout))
+             out=raw_stream(self.stdout), actor=actor_option(o["as_user"]))

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from core.cli import raw_stream
+from core.cli import actor_option, add_actor_option, raw_stream
 from core.cli.datajob import build_spec, cancel, clean, queue_options, show, submit
 from core.pipeline.jobs import CANCEL_WAIT_S
 
@@ -62,6 +62,7 @@ class Command(BaseCommand):
         s.add_argument("--timeout", type=float, metavar="S", help="give up waiting after S s")
         s.add_argument("--overwrite", action="store_true",
                        help="replace an output that is complete already")
+        add_actor_option(s)
         sh = sub.add_parser("show", help="print a job's manifest (by id, or an output dir)")
         sh.add_argument("job", metavar="ID|OUTPUT_DIR")
         sh.add_argument("--queue", "-q", help="queue name (default: default)")
@@ -73,11 +74,13 @@ class Command(BaseCommand):
                        help=f"wait at most S s for running tasks to stop (default "
                             f"{CANCEL_WAIT_S:g}); a job still running keeps its staging until "
                             "`datajob clean`")
+        add_actor_option(c)
         cl = sub.add_parser("clean", help="remove the staging data of cancelled or expired "
                                           "jobs with no task running")
         cl.add_argument("--queue", "-q", help="queue name (default: default)")
         cl.add_argument("--dry-run", action="store_true",
                         help="print what it would remove; remove nothing")
+        add_actor_option(cl)
 
     def handle(self, *args: Any, **o: Any) -> None:
         out, err = raw_stream(self.stdout), raw_stream(self.stderr)
@@ -87,10 +90,12 @@ class Command(BaseCommand):
         if o["action"] == "cancel":
             if o["wait"] < 0:
                 raise CommandError("--wait: a number of seconds, 0 or more")
-            cancel(o["job"], queue=o["queue"], wait_s=o["wait"], stdout=out)
+            cancel(o["job"], queue=o["queue"], wait_s=o["wait"], stdout=out,
+                   actor=actor_option(o["as_user"]))
             return
         if o["action"] == "clean":
-            clean(queue=o["queue"], dry_run=o["dry_run"], stdout=out)
+            clean(queue=o["queue"], dry_run=o["dry_run"], stdout=out,
+                  actor=actor_option(o["as_user"]))
             return
         if o["timeout"] is not None and not o["wait"]:
             raise CommandError("--timeout applies only with --wait")
@@ -107,4 +112,4 @@ class Command(BaseCommand):
         except KeyboardInterrupt:
             raise CommandError("interrupted while checking the job: nothing was queued") from None
         submit(spec, queue=o["queue"], options=options, wait=o["wait"], timeout=o["timeout"],
-               stdout=out, stderr=err)
+               stdout=out, stderr=err, actor=actor_option(o["as_user"]))

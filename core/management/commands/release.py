@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from core.cli import raw_stream
+from core.cli import actor_option, raw_stream
 from core.cli.ops import move
 
 from .claim import add_entry_options
@@ -16,7 +16,7 @@ from .claim import add_entry_options
 
 class Command(BaseCommand):
     help = ("Release pending entries: leased tasks go back to waiting now (no attempt spent). "
-            "Audited with the OS user as the actor.")
+            "Audited with the OS user (or --as) as the actor.")
 
     def add_arguments(self, parser: ArgumentParser) -> None:
         add_entry_options(parser)
@@ -24,4 +24,4 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **o: Any) -> None:
         move(action="release", queue=o["queue"], request=o["request"], tasks=o["tasks"],
              holder=o["holder"], to=None, min_idle_ms=o["min_idle"], dry_run=o["dry_run"],
-             out=raw_stream(self.stdout))
+             out=raw_stream(self.stdout), actor=actor_option(o["as_user"]))

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from core.cli import raw_stream
+from core.cli import actor_option, add_actor_option, raw_stream
 from core.cli.ops import requeue
 from core.conf import DEFAULT_QUEUE
 
@@ -17,7 +17,7 @@ class Command(BaseCommand):
     help = (
         "Requeue dead letters (attempts reset; a failed request reopens): by id, all of one "
         "request, or every letter of a fingerprint group or handler the database's history "
-        "holds now. Audited with the OS user as the actor."
+        "holds now. Audited with the OS user (or --as) as the actor."
     )
 
     def add_arguments(self, parser: ArgumentParser) -> None:
@@ -31,8 +31,9 @@ class Command(BaseCommand):
                                             "after this ISO time (UTC unless it says)")
         parser.add_argument("--dry-run", action="store_true",
                             help="print how many it would requeue; change nothing")
+        add_actor_option(parser)
 
     def handle(self, *args: Any, **o: Any) -> None:
         requeue(queue=o["queue"], ids=o["ids"], request=o["request"],
                 fingerprint=o["fingerprint"], handler=o["handler"], since=o["since"],
-                dry_run=o["dry_run"], out=raw_stream(self.stdout))
+                dry_run=o["dry_run"], out=raw_stream(self.stdout), actor=actor_option(o["as_user"]))

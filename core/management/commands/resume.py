@@ -7,18 +7,19 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from core.cli import raw_stream
+from core.cli import actor_option, add_actor_option, raw_stream
 from core.cli.ops import switch
 
 
 class Command(BaseCommand):
-    help = "Resume a paused queue. Audited with the OS user as the actor."
+    help = "Resume a paused queue. Audited with the OS user (or --as) as the actor."
 
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("--queue", "-q", required=True)
         parser.add_argument("--dry-run", action="store_true",
                             help="say whether it would change anything; change nothing")
+        add_actor_option(parser)
 
     def handle(self, *args: Any, **o: Any) -> None:
         switch(action="resume", queue=o["queue"], dry_run=o["dry_run"],
-               out=raw_stream(self.stdout))
+               out=raw_stream(self.stdout), actor=actor_option(o["as_user"]))
