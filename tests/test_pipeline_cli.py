@@ -481,7 +481,7 @@ def test_ctrl_c_while_following_says_the_job_goes_on_and_how_to_stop_it(
 
 
 def test_a_job_runs_as_many_chunks_at_once_as_the_setting_says_unless_it_asks(
-    tmp_path: Path, settings: Any
+    tmp_path: Path, settings: Any, django_queue: Queue
 ) -> None:
     """QA_DATAJOB_CONCURRENCY (by default the embedded Spark's cores): more chunks of one job at
     once than Spark has cores only makes each slower; a job's --concurrency wins."""
@@ -490,6 +490,6 @@ def test_a_job_runs_as_many_chunks_at_once_as_the_setting_says_unless_it_asks(
     settings.DATAJOB_CONCURRENCY = 2
     job_in(tmp_path, "conc-default")
     job_in(tmp_path, "conc-asked", concurrency=5)
-    info = {j: introspect.request(jobs_queue(), j) for j in ("conc-default", "conc-asked")}
+    info = {j: introspect.request(django_queue, j) for j in ("conc-default", "conc-asked")}
     assert {j: i.concurrency if i else None for j, i in info.items()} == {
         "conc-default": 2, "conc-asked": 5}
