@@ -39,6 +39,12 @@ class Task:
     expiry: int = 0
     due: int = 0
     dead_id: str | None = None
+    # Taken from its holder by an operator (claim, release_task) while the holder may still
+    # run it: the revoked lease. It stays leased to the holder (consumer, expiry: the old
+    # lease's), with no token, until the old run is over; then it moves on: waiting, or to
+    # `claim_to`.
+    revoked: str | None = None
+    claim_to: str | None = None
 
 
 @dataclass
@@ -126,6 +132,13 @@ class QueueModel:
                 return r, t
         return None
 
+    def revoked(self, token: str) -> tuple[Request, Task] | None:
+        """The task whose lease `token` an operator revoked, while its old run may go on."""
+        for r, t in self.leased():
+            if t.revoked == token:
+                return r, t
+        return None
+
     def valid(self, token: str, now: int) -> tuple[Request, Task] | None:
         """The task a lease token holds, if the lease is held and not expired."""
         found = self.holder(token)
@@ -177,6 +190,8 @@ class QueueModel:
     def ack(self, token: str, now: int) -> bool:
         found = self.valid(token, now)
         if not found:
+            if self.holder(token) is None:  # not in `leases`: if revoked, its run is over
+                self.end_revoked(token, now)
             return False
         r, t = found
         self._unlease(t)
@@ -204,6 +219,59 @@ class QueueModel:
             t.state, t.due = outcome, due
         r.maybe_complete()
 
+    def revoke(self, r: Request, t: Task, to: str, now: int) -> bool:
+        """An operator takes a leased task from its holder, for consumer `to` (or back to
+        waiting: ""), without spending an attempt. While the lease has not expired its run may
+        go on: the lease is revoked (True); else the task moves on now (False)."""
+        assert t.token is not None and t.revoked is None
+        token = t.token
+        self.old_tokens.add(token)
+        t.token, t.revoked, t.claim_to = None, token, to or None
+        t.attempts -= 1
+        if t.expiry >= now:
+            return True
+        self.end_revoked(token, now)
+        return False
+
+    def end_revoked(self, token: str, now: int) -> str | None:
+        """The run of a revoked lease is over: its task moves on as the operator asked
+        (cancelled if its request is being cancelled). Returns the outcome, None if `token`
+        is not a revoked lease."""
+        found = self.revoked(token)
+        if found is None:
+            return None
+        r, t = found
+        to = t.claim_to
+        t.revoked = t.claim_to = None
+        if r.state == "cancelling" or not to:
+            outcome = "cancelled" if r.state == "cancelling" else "waiting"
+            t.state, t.consumer, t.expiry = outcome, None, 0
+        else:
+            outcome = "claimed"
+            t.deliveries += 1
+            t.attempts += 1
+            t.token, t.consumer = f"{r.rid}/{t.tid}/{t.deliveries}", to
+            t.expiry = now + r.lease_ms
+            # Pushed to its handoff list (as dispatch_idle() would, but whether idle or not).
+            self.handed.setdefault(to, []).append(t.token)
+            self.handed_ever.add(t.token)
+            self.handed_ms[t.token] = r.lease_ms
+        r.maybe_complete()
+        return outcome
+
+    def revoked_due(self, now: int) -> list[tuple[str, str, str]]:
+        """(token, holder, outcome) of every revoked lease past its old expiry, in the
+        reaper's order (expiry, token), each moved on."""
+        due = sorted((t.expiry, t.revoked, t.consumer) for _, t in self.leased()
+                     if t.revoked and t.expiry < now)
+        out = []
+        for _, token, holder in due:
+            assert token is not None and holder is not None
+            outcome = self.end_revoked(token, now)
+            assert outcome is not None
+            out.append((token, holder, outcome))
+        return out
+
     def fail_plan(self, r: Request, t: Task, retry: bool) -> tuple[str, int]:
         """(outcome kind, base backoff ms) for a failure of a held lease."""
         if r.state == "cancelling":
@@ -216,7 +284,7 @@ class QueueModel:
         """token -> (request, task, outcome) for every lease past its expiry."""
         out = {}
         for r, t in self.leased():
-            if t.expiry < now:
+            if t.expiry < now and not t.revoked:
                 assert t.token is not None
                 if r.state == "cancelling":
                     outcome = "cancelled"
@@ -314,6 +382,8 @@ def check_queue(q: Queue, m: QueueModel) -> list[str]:
     slots = sorted(m.slots())
     pipe = r.pipeline(transaction=False)
     pipe.zrange(k.leases, 0, -1, withscores=True)
+    pipe.zrange(k.revoked, 0, -1, withscores=True)
+    pipe.hgetall(k.claimto)
     pipe.zrange(k.delayed, 0, -1, withscores=True)
     pipe.hgetall(k.stats)
     pipe.zrange(k.ready, 0, -1, withscores=True)
@@ -332,7 +402,8 @@ def check_queue(q: Queue, m: QueueModel) -> list[str]:
         pipe.exists(k.tasks(req.rid))
         pipe.hgetall(deadmap_key(q, req.rid))
     res = iter(pipe.execute())
-    leases, delayed, stats, ready, dead, events = (next(res) for _ in range(6))
+    leases, revoked, claimto, delayed, stats, ready, dead, events = (
+        next(res) for _ in range(8))
     delayed_by_prio = {prio: next(res) for prio in prios}
     dprio = next(res)
     state_index = {s: set(next(res)) for s in STATES}
@@ -350,8 +421,14 @@ def check_queue(q: Queue, m: QueueModel) -> list[str]:
     streams = {req.rid: (next(res), next(res), next(res)) for req in streamed}
 
     # Lease and retry indexes: exactly the leased and delayed tasks, with their times.
-    want_leases = {t.token: t.expiry for _, t in m.leased()}
+    want_leases = {t.token: t.expiry for _, t in m.leased() if t.token}
     assert {mem: int(s) for mem, s in leases} == want_leases, "leases index"
+    # Revoked leases (still leased to their holder, counted against the concurrency) with
+    # their old expiry, and the consumer each was claimed for.
+    want_revoked = {t.revoked: t.expiry for _, t in m.leased() if t.revoked}
+    assert {mem: int(s) for mem, s in revoked} == want_revoked, "revoked index"
+    want_claimto = {t.revoked: t.claim_to for _, t in m.leased() if t.revoked and t.claim_to}
+    assert claimto == want_claimto, "claimto"
     want_delayed = {f"{req.rid}/{t.tid}": t.due for req in reqs for t in req.of_state("delayed")}
     assert {mem: int(s) for mem, s in delayed} == want_delayed, "delayed index"
     # The same per priority (promotion walks them highest first), and the priorities that

@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from core.worker import TaskContext, handler
+from core.worker.context import LeaseGone
 
 # Atomically: join the request's running set, raise the recorded maximum of its size, count
 # this execution of the task, and when the set outgrows the request's concurrency, keep its
@@ -98,3 +99,24 @@ def gil_sleep(payload: dict[str, Any], ctx: TaskContext) -> None:
     libc = ctypes.PyDLL(ctypes.util.find_library("c"))
     libc.sleep(int(payload["seconds"]))
     r.rpush(f"{payload['k']}:log", f"end {ctx.task_id} {ctx.attempt} {ctx.worker}")
+
+
+@handler("gated")
+def gated(payload: dict[str, Any], ctx: TaskContext) -> None:
+    """Payload {"k": key base}: logs "start <task> <attempt> <worker>", then waits without a
+    check, as a handler deep in native code would, until the key <k>:gate exists (at most a
+    minute); then checks: a run whose lease was taken meanwhile logs "gone ..." and stops
+    (LeaseGone), any other logs "end ...". A task may run on only once the line saying its
+    run stopped is there."""
+    r = ctx.queue.redis
+    log = f"{payload['k']}:log"
+    r.rpush(log, f"start {ctx.task_id} {ctx.attempt} {ctx.worker}")
+    deadline = time.monotonic() + 60
+    while not r.exists(f"{payload['k']}:gate") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    try:
+        ctx.check()
+    except LeaseGone:
+        r.rpush(log, f"gone {ctx.task_id} {ctx.attempt} {ctx.worker}")
+        raise
+    r.rpush(log, f"end {ctx.task_id} {ctx.attempt} {ctx.worker}")

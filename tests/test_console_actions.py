@@ -12,6 +12,7 @@ import pytest
 from django.test import Client
 
 from core.models import AuditEntry
+from core.queue import introspect
 from core.redis_server import free_port
 from tests.action_fixtures import (  # noqa: F401
     World,
@@ -108,8 +109,14 @@ def test_claim_gives_an_entry_to_another_worker(operator: Client, world: World) 
     entry = f"{world.running}/{world.stale_task}/w-stale/0"
     response = post(operator, page, "claim", entry=[entry], to="w-live")
     assert "1 of 1" in text(response)
-    rows = world.q.redis.xpending_range(world.q.keys.tasks(world.running), "g",
-                                        world.stale_task, world.stale_task, 1)
+    q = world.q
+    # It goes to w-live once w-stale has stopped its run (or the lease expired).
+    [row] = [e for e in introspect.pending(q, world.running) if e.task_id == world.stale_task]
+    assert row.consumer == "w-stale" and row.moves_by_ms
+    assert "moves on by" in operator.get(page).content.decode()
+    assert q.release([f"{world.running}/{world.stale_task}/1"]) == [-1]  # w-stale stopped
+    rows = q.redis.xpending_range(q.keys.tasks(world.running), "g",
+                                  world.stale_task, world.stale_task, 1)
     assert rows[0]["consumer"] == "w-live"
 
 

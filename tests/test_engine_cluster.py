@@ -58,8 +58,13 @@ def test_every_operation_runs_on_a_cluster_and_queues_spread_over_shards(
         assert [r.outcome for r in q.reap()] == ["dead"]
         assert q.requeue_request("r") == 2
         leases = q.dequeue("w2", 4)
-        moved = q.claim(leases[0].request_id, leases[0].task_id, "w3")
+        assert q.claim(leases[0].request_id, leases[0].task_id, "w3") == "w2"
+        assert q.release(leases[:1]) == [-1]  # w2's run stopped: the task goes to w3
+        [moved] = q.leave_idle("w3")
         assert q.release_task(moved.request_id, moved.task_id) == "w3"
+        assert q.release([moved]) == [-1]  # w3 never ran it: back to waiting
+        [entry] = [e for e in introspect.pending(q, "r") if e.task_id == moved.task_id]
+        assert (entry.consumer, entry.moves_by_ms) == ("~waiting", None)
         q.cancel("s")
         assert [lease.request_id for lease in leases] == ["r", "r", "s"]
         assert q.ack_many(leases[1:]) == [True, True]

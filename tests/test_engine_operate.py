@@ -134,15 +134,23 @@ def test_requeue_refuses_cancelled_and_unknown_requests(queue: Queue) -> None:
         queue.requeue_request("missing")
 
 
-def test_claim_moves_a_leased_task_and_voids_the_old_lease(queue: Queue, clock: FakeClock) -> None:
+def test_claim_voids_the_old_lease_and_moves_the_task_once_its_old_run_is_over(
+    queue: Queue, clock: FakeClock
+) -> None:
     queue.submit([{"k": 1}], request_id="r", max_attempts=1, handler="echo")
     old = queue.dequeue("stuck", 1)[0]
-    new = queue.claim("r", old.task_id, "rescuer")
-    assert (new.payload, new.attempt, new.task_id) == ({"k": 1}, 1, old.task_id)
+    assert queue.claim("r", old.task_id, "rescuer") == "stuck"
+    [entry] = introspect.pending(queue, "r")
+    assert (entry.consumer, entry.lease_expires_ms, entry.moves_by_ms) == (
+        "stuck", None, clock.now + old.lease_ms)
+    assert queue.leave_idle("rescuer") == []  # not while the old run may still go on
     with pytest.raises(LeaseLost):
-        queue.ack(old)
+        queue.ack(old)  # refused; it also says the old run is over
+    [new] = queue.leave_idle("rescuer")  # handed to the rescuer
+    assert (new.payload, new.attempt, new.task_id) == ({"k": 1}, 1, old.task_id)
     [entry] = introspect.pending(queue, "r")
     assert entry.consumer == "rescuer" and entry.lease_expires_ms == clock.now + new.lease_ms
+    assert entry.moves_by_ms is None
     queue.ack(new)
     assert queue.state("r") == "done"
 

@@ -43,7 +43,11 @@ def test_a_request_done_without_dead_letters_keeps_only_its_hash(
     queue.release(queue.dequeue("w", 1))
     lease = queue.dequeue("w", 1)[0]
     queue.release_task("r", lease.task_id)
-    claimed = queue.claim("r", queue.dequeue("w", 1)[0].task_id, "w2")
+    assert queue.release([lease]) == [-1]  # w's run stopped: the task waits again
+    lease = queue.dequeue("w", 1)[0]
+    assert queue.claim("r", lease.task_id, "w2") == "w"
+    assert queue.release([lease]) == [-1]  # w's run stopped: the task goes to w2
+    [claimed] = queue.leave_idle("w2")
     queue.fail(queue.dequeue("w", 1)[0], "boom")
     assert queue.requeue_request("r") == 1
     assert {queue.keys.request("r") + s for s in ("", ":tasks", ":rel")} <= _keys_of(

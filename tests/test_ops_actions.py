@@ -146,16 +146,19 @@ def test_claim_and_release_check_the_holder_and_idle_time_shown(
     q: Queue, operator: User
 ) -> None:
     q.submit([1, 2], request_id="r", handler="h", concurrency=2)
-    q.dequeue("w1", 2)
+    leases = q.dequeue("w1", 2)
     _beat(q, "w2")
     entries = introspect.pending(q, "r")
     time.sleep(0.02)
     refs = [PendingRef("r", e.task_id, e.consumer, e.idle_ms) for e in entries]
     result = actions.claim(operator, q.name, refs[:1], "w2")
     assert (result.acted, result.skipped) == (1, 0)
-    # The page, not reloaded, still shows w1 holding both: the moved one is skipped.
+    # The page, not reloaded, still shows w1 holding both: the one taken is skipped.
     result = actions.release(operator, q.name, refs)
     assert (result.acted, result.skipped) == (1, 1)
+    # Both stay w1's until its runs stop (or their leases expire): none runs twice at once.
+    assert all(e.consumer == "w1" and e.moves_by_ms for e in introspect.pending(q, "r"))
+    assert q.release(leases) == [-1, -1]  # w1 stopped them
     holders = {e.task_id: e.consumer for e in introspect.pending(q, "r")}
     assert holders == {refs[0].task_id: "w2", refs[1].task_id: "~waiting"}
     with pytest.raises(BadInput, match="not a live worker"):

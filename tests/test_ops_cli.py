@@ -106,7 +106,7 @@ def test_cancel_and_its_dry_run(q: Queue) -> None:
 
 def test_claim_and_release_pending_entries(q: Queue) -> None:
     q.submit([1, 2], request_id="r", handler="h", concurrency=2)
-    q.dequeue("w1", 2)
+    leases = q.dequeue("w1", 2)
     q.heartbeat("w2", {"dead_after_ms": 10_000})
     tids = [e.task_id for e in introspect.pending(q, "r")]
     out = run("claim", "--request", "r", "--task", tids[0], "--from", "w1", "--to", "w2",
@@ -114,9 +114,11 @@ def test_claim_and_release_pending_entries(q: Queue) -> None:
     assert "would claim 1 pending entries" in out
     assert run("claim", "--request", "r", "--task", tids[0], "--from", "w1",
                "--to", "w2") == "claimed 1 of 1; 0 skipped\n"
-    # w1 no longer holds the first: skipped; the second goes back to waiting.
+    # w1 no longer holds the first: skipped; the second goes back to waiting, as the first
+    # goes to w2, once w1's runs have stopped.
     assert run("release", "--request", "r", "--task", *tids, "--from", "w1") == (
         "released 1 of 2; 1 skipped\n")
+    assert q.release(leases) == [-1, -1]  # w1 stopped them
     holders = {e.task_id: e.consumer for e in introspect.pending(q, "r")}
     assert holders == {tids[0]: "w2", tids[1]: "~waiting"}
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import redis
 
-from core.queue import NotLeased, Queue, StateChanged, UnknownWorker, introspect
+from core.queue import Lease, LeaseLost, NotLeased, Queue, StateChanged, UnknownWorker, introspect
 from tests.conftest import FakeClock
 
 
@@ -72,23 +72,156 @@ def test_claim_refuses_another_holder_and_a_fresh_delivery(queue: Queue) -> None
     with pytest.raises(StateChanged):  # the page showed another holder
         queue.claim("r", entry.task_id, "w3", expect_consumer="w2")
     time.sleep(0.02)
-    queue.claim("r", entry.task_id, "w2", expect_consumer="w1", min_idle_ms=10)
+    assert queue.claim("r", entry.task_id, "w2", expect_consumer="w1", min_idle_ms=10) == "w1"
     # The page still shows w1 (a double click): refused, nothing moves.
     with pytest.raises(StateChanged):
         queue.claim("r", entry.task_id, "w3", expect_consumer="w1", min_idle_ms=10)
+    assert queue.release([lease]) == [-1]  # w1's run stopped: the task goes to w2
     # Right holder, but delivered again since the page was drawn: idle is less than shown.
     with pytest.raises(StateChanged):
         queue.release_task("r", entry.task_id, expect_consumer="w2", min_idle_ms=60_000)
     [now] = introspect.pending(queue, "r")
     assert now.consumer == "w2" and now.deliveries == 2
     assert queue.release_task("r", entry.task_id, expect_consumer="w2") == "w2"
-    with pytest.raises(NotLeased):
+    with pytest.raises(NotLeased):  # released already: it waits for w2 to let go
         queue.release_task("r", entry.task_id, expect_consumer="w2")
     assert isinstance(NotLeased("x"), StateChanged)
+    assert queue.dequeue("w4", 1) == []
+    # w2 never took what it was handed: a worker gives that back when it stops.
+    assert queue.release(queue.leave_idle("w2")) == [-1]
     [again] = queue.dequeue("w4", 1)
     assert again.attempt == 1  # neither claim nor release spent an attempt
     with pytest.raises(Exception):  # noqa: B017 - the old lease is void
         queue.ack(lease)
+
+
+# -- release and claim of a running task: never beside its old run (issue 18) -------------
+
+
+def stop_old_run(queue: Queue, clock: FakeClock, lease: Lease, how: str, expiry: int
+                 ) -> list[Any]:
+    """The run of a lease an operator took away is over: its worker says so (it releases the
+    lease, or its ack or fail is refused), or its lease runs out (the reaper). Returns what the
+    reaper did."""
+    if how == "release":
+        assert queue.release([lease]) == [-1]
+    elif how == "ack":
+        with pytest.raises(LeaseLost):
+            queue.ack(lease)
+    elif how == "fail":
+        with pytest.raises(LeaseLost):
+            queue.fail(lease, "ValueError: boom")
+    else:
+        clock.advance(expiry - clock.now)
+        assert queue.reap() == []
+        clock.advance(1)
+        return queue.reap()
+    return []
+
+
+HOW = ["release", "ack", "fail", "expiry"]
+
+
+@pytest.mark.parametrize("how", HOW)
+def test_a_released_task_runs_again_only_once_its_old_run_is_over(
+    queue: Queue, clock: FakeClock, how: str
+) -> None:
+    """Was: release_task put the task back to waiting at once, so with concurrency 1 worker B
+    started it (or the next task) while A's handler ran on until A's next renewal."""
+    queue.submit([1, 2], request_id="r", handler="h", concurrency=1, lease_ms=5000)
+    [a] = queue.dequeue("A", 1)
+    expiry = clock.now + 5000
+    clock.advance(100)
+    assert queue.release_task("r", a.task_id, expect_consumer="A") == "A"
+    assert queue.dequeue("B", 2) == [], "B started a task while A's run may go on"
+    assert queue.extend([a]) == [-1]  # A's next renewal: it learns, and stops at its check
+    assert queue.dequeue("B", 2) == []  # its handler may still be running
+    [entry] = introspect.pending(queue, "r")
+    assert (entry.consumer, entry.lease_expires_ms, entry.moves_by_ms) == ("A", None, expiry)
+    info = introspect.request(queue, "r")
+    assert info is not None and (info.leased, info.waiting) == (1, 1)
+    with pytest.raises(NotLeased):  # a second click: it is on its way already
+        queue.release_task("r", a.task_id)
+    reaped = stop_old_run(queue, clock, a, how, expiry)
+    if how == "expiry":
+        assert [(x.task_id, x.worker, x.outcome) for x in reaped] == [(a.task_id, "A", "waiting")]
+    got = queue.dequeue("B", 2)
+    # Released first, no attempt spent, and one at a time.
+    assert [(x.task_id, x.attempt) for x in got] == [(a.task_id, 1)]
+    assert [f["by"] for f in events_of(queue.redis, queue, "moved")] == [
+        "expiry" if how == "expiry" else "holder"]
+    queue.ack(got[0])
+    [b] = queue.dequeue("B", 2)
+    queue.ack(b)
+    assert queue.state("r") == "done"
+
+
+@pytest.mark.parametrize("how", HOW)
+def test_a_claimed_task_goes_to_its_new_consumer_only_once_its_old_run_is_over(
+    queue: Queue, clock: FakeClock, how: str
+) -> None:
+    """Was: claim leased the task to the new consumer at once, beside the old run."""
+    queue.submit([1, 2], request_id="r", handler="h", concurrency=1, lease_ms=5000)
+    [a] = queue.dequeue("A", 1)
+    holder = queue.claim("r", a.task_id, "C", expect_consumer="A")
+    new = f"r/{a.task_id}/2"
+    assert queue.extend([new]) == [-1], "C holds the task while A's run may go on"
+    assert holder == "A"
+    assert queue.dequeue("B", 2) == [] and queue.leave_idle("C") == []
+    expiry = clock.now + 5000
+    [entry] = introspect.pending(queue, "r")
+    assert entry.consumer == "A" and entry.moves_by_ms == expiry
+    reaped = stop_old_run(queue, clock, a, how, expiry)
+    if how == "expiry":
+        assert [(x.task_id, x.worker, x.outcome) for x in reaped] == [(a.task_id, "A", "claimed")]
+    assert queue.dequeue("B", 2) == []  # C holds it now
+    [handed] = queue.leave_idle("C")  # a worker named C takes it from its handoff list
+    assert (handed.lease, handed.attempt, handed.payload) == (new, 1, 1)
+    [entry] = introspect.pending(queue, "r")
+    assert (entry.consumer, entry.lease_expires_ms) == ("C", clock.now + 5000)
+    queue.ack(handed)
+    assert [x.task_id for x in queue.dequeue("B", 2)] != [a.task_id]
+
+
+def test_a_task_whose_lease_already_ran_out_moves_on_at_once(
+    queue: Queue, clock: FakeClock
+) -> None:
+    """A holder that stopped renewing is not running it (or is the reaper's anyway)."""
+    queue.submit([1, 2], request_id="r", handler="h", concurrency=1, lease_ms=1000)
+    [a] = queue.dequeue("A", 1)
+    clock.advance(1001)
+    assert queue.release_task("r", a.task_id) == "A"
+    [again] = queue.dequeue("B", 1)
+    assert again.task_id == a.task_id
+    clock.advance(1001)
+    assert queue.claim("r", a.task_id, "C") == "B"
+    assert [x.lease for x in queue.leave_idle("C")] == [f"r/{a.task_id}/3"]
+
+
+def test_a_request_cancelled_while_a_released_task_drains_completes_when_it_stops(
+    queue: Queue, clock: FakeClock
+) -> None:
+    queue.submit([1, 2], request_id="r", handler="h", concurrency=1, lease_ms=5000)
+    [a] = queue.dequeue("A", 1)
+    queue.release_task("r", a.task_id)
+    cancelled = queue.cancel("r")
+    assert (cancelled.state, cancelled.dropped, cancelled.running) == ("cancelling", 1, 1)
+    assert queue.wait("r", timeout=0) is None  # its old run may still go on
+    assert queue.release([a]) == [-1]
+    assert queue.state("r") == "cancelled"
+    info = introspect.request(queue, "r")
+    assert info is not None and (info.cancelled, info.leased) == (2, 0)
+
+
+def test_a_reclaimed_holders_released_task_moves_on_at_once(
+    queue: Queue, clock: FakeClock
+) -> None:
+    queue.submit([1], request_id="r", handler="h", lease_ms=5000)
+    [a] = queue.dequeue("A", 1)
+    queue.heartbeat("A", {"dead_after_ms": 5000, "tasks": []}, [a])
+    assert queue.claim("r", a.task_id, "C") == "A"
+    assert queue.reclaim_worker("A", crashed=True) == (1, 0)  # its process is gone
+    assert [x.task_id for x in queue.leave_idle("C")] == [a.task_id]
 
 
 # -- requeue / delete of letters still dead ------------------------------------------------

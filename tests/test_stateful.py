@@ -423,17 +423,20 @@ class QueueMachine(RuleBasedStateMachine):
         q, m, now = self.queues[qi], self.models[qi], self.now
         before = self._script_start(qi)
         want_acks = [m.ack(token, now) for token in acks or []]
-        floor = m.promote(now)
-        made_eligible = bool(m.eligible() - before)  # by the acks or promotion
         member = f"{consumer}|{lease_ms}"
         drained: list[str] = []
         if idle and count:
             m.idle.pop(member, None)  # a worker is not handed work during its own call
-            # Tasks handed to it earlier and not picked up come first, renewed, if still held.
+            # Tasks handed to it earlier and not picked up come first, renewed, if still held;
+            # one an operator took from it meanwhile moves on (it never started here).
             for token in m.handed.pop(consumer, []):
                 if found := m.holder(token):
                     found[1].expiry = now + m.handed_ms[token]
                     drained.append(token)
+                else:
+                    m.end_revoked(token, now)
+        floor = m.promote(now)
+        made_eligible = bool(m.eligible() - before)  # by the acks, handoffs or promotion
         if acks is None:
             leases, next_due = q.dequeue(consumer, count), None
         else:
@@ -745,8 +748,16 @@ class QueueMachine(RuleBasedStateMachine):
         q, m, now = self.queues[qi], self.models[qi], self.now
         found = m.valid(token, now)
         if not found:
+            # Refused; but the fail of a revoked lease says its run is over: it moves on.
+            revoked = m.holder(token) is None and m.revoked(token) is not None
+            before = self._script_start(qi) if revoked else set()
+            if revoked:
+                m.end_revoked(token, now)
+                m.promote(now)
             with pytest.raises(LeaseLost):
                 q.fail(token, "boom", retry=retry)
+            if revoked:
+                self._script_end(qi, before)
             return
         before = self._script_start(qi)
         req, t = found
@@ -796,6 +807,8 @@ class QueueMachine(RuleBasedStateMachine):
         for token in tokens:
             found = m.valid(token, self.now)
             if not found:
+                if m.holder(token) is None:  # a revoked lease's worker says its run stopped
+                    m.end_revoked(token, self.now)
                 want.append(-1)
                 continue
             req, t = found
@@ -832,10 +845,14 @@ class QueueMachine(RuleBasedStateMachine):
         want = sorted((r.rid, t.tid, t.consumer, o) for r, t, o in plan.values())
         got = sorted((x.request_id, x.task_id, x.worker, x.outcome)
                      for x in self.queues[qi].reap())
-        assert got == want, "reaped leases"
         for req, t, outcome in plan.values():
             dead_id = self._dead_id(qi, req.rid, t.tid) if outcome == "dead" else None
             m.end_lease(req, t, outcome, dead_id=dead_id)
+        # Then revoked leases past their old expiry: their runs are presumed over.
+        for token, holder, outcome in m.revoked_due(self.now):
+            rid, tid, _ = token.split("/")
+            want.append((rid, tid, holder, outcome))
+        assert got == sorted(want), "reaped leases"
         m.promote(self.now)
         self._script_end(qi, before)
 
@@ -943,12 +960,25 @@ class QueueMachine(RuleBasedStateMachine):
         self.clock.advance(dead_after)
         before = self._script_start(qi)
         handed = list(m.handed.get(consumer, []))
-        # Found: listed by its beat, handed to it (its handoff list), or expired.
-        found = {(r.rid, t.tid) for r, t in mine} if listed else set()
+        # Found, in this order: listed by its beat, handed to it (its handoff list), expired
+        # (any holder's: checked next), revoked (ordered as `leases` and `revoked` are).
+        order = [(r.rid, t.tid) for r, t in mine] if listed else []
+        order += [tuple(tok.split("/")[:2]) for tok in handed]
+        every = [(t.expiry, t.token or t.revoked or "", r, t) for r, t in m.leased()]
+        order += [(r.rid, t.tid) for exp, _, r, t in sorted(every, key=lambda x: x[:2])
+                  if t.token and exp < self.now]
+        order += [(r.rid, t.tid) for _, _, r, t in sorted(every, key=lambda x: x[:2])
+                  if t.revoked]
         want = [0, 0]
-        for r, t in [(r, t) for r, t in m.leased() if t.consumer == consumer]:
-            if (r.rid, t.tid) not in found and t.token not in handed and t.expiry >= self.now:
-                continue  # not found: the reaper's, once it expires
+        for rid, tid in dict.fromkeys(order):
+            r = m.requests[rid]
+            t = r.tasks[tid]
+            if t.state != "leased" or t.consumer != consumer:
+                continue
+            if t.revoked:  # it runs nothing any more: the task moves on as the operator asked
+                outcome = m.end_revoked(t.revoked, self.now)
+                want[outcome == "cancelled"] += 1
+                continue
             cancelled = r.state == "cancelling"
             m.end_lease(r, t, "cancelled" if cancelled else "waiting", counts=False)
             want[cancelled] += 1
@@ -972,13 +1002,17 @@ class QueueMachine(RuleBasedStateMachine):
     @rule(data=st.data(), to=st.sampled_from(("", *CONSUMERS)),
           shown=st.sampled_from(["", "", "holder", "other", "fresh"]))
     def claim(self, data: st.DataObject, to: str, shown: str) -> None:
-        """An operator moves a leased task to another consumer (the old lease is void, no
-        attempt counted) or, with no consumer, puts it back to waiting (release_task);
-        a task that is not leased is refused. With what a page showed (`shown`: the
-        holder, another consumer, or an idle time longer than the entry's), a stale page
-        is refused (StateChanged) and nothing moves."""
+        """An operator takes a leased task from its holder for another consumer, or back to
+        waiting (release_task); no attempt counted, the old lease void at once. While that
+        lease has not expired the old run may go on: the lease is revoked and the task stays
+        leased to its holder, counted against the concurrency, until the holder says its run
+        stopped (release, ack or fail of it) or the reaper finds it expired; then it moves
+        on (to waiting, or leased to the consumer and pushed to its handoff list). An expired
+        lease moves on at once. A task that is not leased, or taken already, is refused.
+        With what a page showed (`shown`: the holder, another consumer, or an idle time
+        longer than the entry's), a stale page is refused (StateChanged) and nothing moves."""
         qi, req, t = self._pick_task(data)
-        q = self.queues[qi]
+        q, m = self.queues[qi], self.models[qi]
         if shown in ("other", "fresh"):
             other = next(c for c in CONSUMERS if c != t.consumer)
             check: dict[str, Any] = ({"expect_consumer": other} if shown == "other"
@@ -988,29 +1022,23 @@ class QueueMachine(RuleBasedStateMachine):
                     q.release_task(req.rid, t.tid, **check)
             return
         kw: dict[str, Any] = {"expect_consumer": t.consumer} if shown == "holder" else {}
-        if t.state != "leased":
+        if t.state != "leased" or t.revoked:  # taken already: waiting for its old run to end
             with pytest.raises(NotLeased):
                 q.claim(req.rid, t.tid, "c0") if to else q.release_task(req.rid, t.tid)
             return
-        if not to:
-            before = self._script_start(qi)
-            holder = t.consumer
-            cancelled = req.state == "cancelling"
-            self.models[qi].end_lease(req, t, "cancelled" if cancelled else "waiting",
-                                      counts=False)
-            self.models[qi].promote(self.now)
-            assert q.release_task(req.rid, t.tid, **kw) == holder
-            self._script_end(qi, before)
-            return
         if to == t.consumer:
             to = CONSUMERS[(CONSUMERS.index(to) + 1) % len(CONSUMERS)]
-        lease = q.claim(req.rid, t.tid, to, **kw)
-        assert t.token
-        self.models[qi].old_tokens.add(t.token)
-        t.deliveries += 1
-        t.token, t.consumer = f"{req.rid}/{t.tid}/{t.deliveries}", to
-        t.expiry = self.now + req.lease_ms
-        assert (lease.lease, lease.attempt, lease.payload) == (t.token, t.attempts, t.payload)
+        holder = t.consumer
+        before = self._script_start(qi)
+        if m.revoke(req, t, to, self.now):
+            # Its run may go on: nothing moves yet (no promotion, no handoff, no token).
+            assert (q.claim(req.rid, t.tid, to, **kw) if to
+                    else q.release_task(req.rid, t.tid, **kw)) == holder
+            return
+        m.promote(self.now)  # expired: it moved on at once, as after a release
+        assert (q.claim(req.rid, t.tid, to, **kw) if to
+                else q.release_task(req.rid, t.tid, **kw)) == holder
+        self._script_end(qi, before)
 
     # -- after every step ---------------------------------------------------------------
 

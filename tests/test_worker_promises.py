@@ -81,6 +81,46 @@ def test_a_run_whose_lease_was_released_by_an_operator_stops(
     assert live_queue.wait("r", timeout=10) == "cancelled"
 
 
+@pytest.mark.parametrize("claim", [False, True], ids=["release", "claim"])
+def test_a_task_taken_from_a_running_worker_never_runs_beside_its_old_run(
+    live_queue: Queue, spawn_worker: Any, wait_until: Any, prefix: str, tmp_path: Path,
+    claim: bool,
+) -> None:
+    """Issue 18. Was: an operator's release of a running task put it back to waiting at once
+    (a claim leased it to the new consumer at once), so with concurrency 1 an idle worker
+    started a task of the request while the old handler ran on. Now nothing of the request
+    starts until the old run has stopped; then the task runs (on the worker it was claimed
+    for). Leases last 10 s here: the old run is not presumed over while the test watches."""
+    k = f"{prefix}:t"
+    spawn_worker("A", "--dead-after", "10")
+    live_queue.submit([{"k": k}, {"k": k}], request_id="r", handler="gated", concurrency=1)
+    wait_until(lambda: task_log(live_queue, k), 30, "A to start a task")
+    spawn_worker("B", "--dead-after", "10")
+    spawn_worker("C", "--dead-after", "10")
+    wait_until(lambda: len(introspect.workers(live_queue).items) == 3, 30, "B and C to start")
+    wait_until(lambda: live_queue.redis.zcard(live_queue.keys.idle) >= 2, 10, "B and C idle")
+    [entry] = [p for p in introspect.pending(live_queue, "r") if p.consumer == "A"]
+    tid = entry.task_id
+    if claim:
+        assert live_queue.claim("r", tid, "C", expect_consumer="A") == "A"
+    else:
+        assert live_queue.release_task("r", tid, expect_consumer="A") == "A"
+    wait_until(lambda: "lease lost" in (tmp_path / "A.log").read_text(), 10,
+               "A's heartbeat to learn that its lease was taken")
+    time.sleep(1)  # B and C are idle; before the fix one of them had the task by now
+    assert task_log(live_queue, k) == [f"start {tid} 1 A"], "a task started beside A's run"
+    live_queue.redis.set(f"{k}:gate", 1)  # A's handler reaches its check and stops
+    assert live_queue.wait("r", timeout=30) == "done"
+    log = task_log(live_queue, k)
+    assert overlaps(log) == 1, log
+    assert log[:2] == [f"start {tid} 1 A", f"gone {tid} 1 A"], log
+    again = log[2].split()
+    assert again[:3] == ["start", tid, "1"], log  # the same task first, no attempt spent
+    if claim:
+        assert again[3] == "C", log
+    assert len(starts(log)) == 3, log
+
+
 def _children(pid: int) -> list[int]:
     out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
     return [int(x) for x in out.split()]

@@ -247,7 +247,8 @@ def _describe_refs(entries: Sequence[PendingRef]) -> str:
 
 
 def claim(actor: Any, queue: str, entries: list[PendingRef], to_consumer: str) -> Result:
-    """Move leased tasks to another live consumer; an entry no longer held by the consumer
+    """Move leased tasks to another live consumer, once the runs they are taken from have
+    stopped (or their leases expired: Queue.claim); an entry no longer held by the consumer
     shown, or delivered again since (idle less than shown), is skipped."""
 
     def validate() -> list[PendingRef]:
@@ -288,7 +289,8 @@ def _alive(q: Queue, worker: str) -> bool:
 
 
 def release(actor: Any, queue: str, entries: list[PendingRef]) -> Result:
-    """Leased tasks back to waiting now, without spending an attempt; skipped as claim()."""
+    """Leased tasks back to waiting without spending an attempt, once the runs they are taken
+    from have stopped (or their leases expired: Queue.release_task); skipped as claim()."""
 
     def act(q: Queue, refs: list[PendingRef], tally: Tally) -> None:
         for r in refs:

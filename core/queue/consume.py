@@ -107,7 +107,9 @@ class Consumer(QueueBase):
     def release(self, leases: Sequence[Lease | str]) -> list[int]:
         """Give leases back unfinished, not counted as an attempt.
 
-        Per lease: 1 back to waiting, 2 dropped (request cancelled), -1 not held.
+        Per lease: 1 back to waiting, 2 dropped (request cancelled), -1 not held. Releasing a
+        lease an operator took away (claim, release_task) says its run stopped: the task,
+        kept from running again meanwhile, moves on now.
         """
         tokens = [x.lease if isinstance(x, Lease) else x for x in leases]
         if not tokens:
@@ -157,7 +159,8 @@ class Consumer(QueueBase):
         the caller must run or release."""
         with translated("leave_idle"):
             self.redis.zrem(self.keys.idle, f"{consumer}|{lease_ms}")
-            # After the ZREM no script can push here any more, so this drains it for good.
+            # After the ZREM no dispatch pushes here any more (only an operator's claim for
+            # this consumer could), so this drains it.
             # No call chaining: a cluster pipeline's delete() returns None (redis-py 8).
             pipe = self.redis.pipeline(transaction=True)
             pipe.lrange(self.keys.handoff(consumer), 0, -1)

@@ -166,8 +166,9 @@ def _rows_after(q: Queue, key: str, after: PageCursor, n: int) -> list[tuple[str
 
 
 def pending(q: Queue, request_id: str, *, after: str = "-", count: int = 50) -> list[PendingEntry]:
-    """A page of a request's pending entries: leased tasks with their lease expiry, and
-    parked ones (consumer "~waiting", "~delayed" or "~dead")."""
+    """A page of a request's pending entries: leased tasks with their lease expiry (or, for
+    one an operator released or claimed while its holder may still run it, when it moves on
+    at the latest), and parked ones (consumer "~waiting", "~delayed" or "~dead")."""
     rid = validate_id(request_id, "request id")
     start = after if after == "-" else f"({after}"
     with translated("pending"):
@@ -178,9 +179,12 @@ def pending(q: Queue, request_id: str, *, after: str = "-", count: int = 50) -> 
                 raise
             return []  # a finished request's stream is gone: nothing is pending
         pipe = _r(q).pipeline(transaction=False)
-        for r in rows:
-            pipe.zscore(q.keys.leases, f"{rid}/{r['message_id']}/{r['times_delivered']}")
-        expiries = pipe.execute()
+        tokens = [f"{rid}/{r['message_id']}/{r['times_delivered']}" for r in rows]
+        if tokens:
+            pipe.zmscore(q.keys.leases, tokens).zmscore(q.keys.revoked, tokens)
+            expiries, revoked = pipe.execute()
+        else:
+            expiries = revoked = []
     return [
         PendingEntry(
             task_id=r["message_id"],
@@ -188,8 +192,9 @@ def pending(q: Queue, request_id: str, *, after: str = "-", count: int = 50) -> 
             idle_ms=int(r["time_since_delivered"]),
             deliveries=int(r["times_delivered"]),
             lease_expires_ms=int(e) if e is not None else None,
+            moves_by_ms=int(m) if m is not None else None,
         )
-        for r, e in zip(rows, expiries, strict=True)
+        for r, e, m in zip(rows, expiries, revoked, strict=True)
     ]
 
 
@@ -235,11 +240,13 @@ def workers(q: Queue, *, after: PageCursor | None = None, limit: int = 50) -> Pa
 
 
 def drained(q: Queue) -> bool:
-    """True when nothing in the queue is waiting, delayed or leased."""
+    """True when nothing in the queue is waiting, delayed or leased (a lease an operator
+    revoked included: its task moves on once its old run is over)."""
     with translated("drained"):
-        stats, leased, delayed = (
+        stats, leased, delayed, revoked = (
             _r(q).pipeline(transaction=False)
-            .hgetall(q.keys.stats).zcard(q.keys.leases).zcard(q.keys.delayed).execute()
+            .hgetall(q.keys.stats).zcard(q.keys.leases).zcard(q.keys.delayed)
+            .zcard(q.keys.revoked).execute()
         )
     waiting = sum(int(v) for k, v in stats.items() if k.startswith("w:"))
-    return waiting == 0 and leased == 0 and delayed == 0
+    return waiting == 0 and leased == 0 and delayed == 0 and revoked == 0

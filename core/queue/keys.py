@@ -114,6 +114,17 @@ class QueueKeys:
     def idle(self) -> str:
         return self.base + "idle"
 
+    @property
+    def revoked(self) -> str:
+        """Zset: leases an operator took from a holder that may still run the task (claim,
+        release_task) -> their expiry, until the old run is over (see _common.lua)."""
+        return self.base + "revoked"
+
+    @property
+    def claimto(self) -> str:
+        """Hash: a revoked lease -> the consumer its task was claimed for."""
+        return self.base + "claimto"
+
     def handoff(self, consumer: str) -> str:
         return f"{self.base}handoff:{consumer}"
 

@@ -52,7 +52,9 @@ class Reaped:
     request_id: str
     task_id: str
     worker: str
-    outcome: str  # "waiting", "dead" or "cancelled"
+    # "waiting", "dead" or "cancelled"; a lease an operator revoked (Operator.claim) that ran
+    # out moves on as asked: "waiting", "cancelled" or "claimed" (to the claim's consumer)
+    outcome: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +132,9 @@ class PendingEntry:
     idle_ms: int
     deliveries: int
     lease_expires_ms: int | None
+    # Released or claimed by an operator while its holder may still run it: when, at the
+    # latest, it moves on (its old lease's expiry); it stays leased to the holder until then.
+    moves_by_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

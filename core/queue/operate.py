@@ -8,12 +8,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-import orjson
-
 from .base import QueueBase, int_in, translated
 from .errors import UnknownRequest, check_code
 from .keys import validate_id, validate_task_id
-from .models import TERMINAL_STATES, Cancelled, Lease
+from .models import TERMINAL_STATES, Cancelled
 
 CHUNK = 1000  # ids per call into Redis: one call holds Redis for a few ms at most
 
@@ -66,16 +64,22 @@ class Operator(QueueBase):
         *,
         expect_consumer: str | None = None,
         min_idle_ms: int = 0,
-    ) -> Lease:
-        """Move a leased task to `consumer`; the previous holder's lease stops being valid.
+    ) -> str:
+        """Take a leased task from its holder for `consumer`, without spending an attempt;
+        returns the holder, whose lease stops being valid at once (it stops the run at its
+        next check). The task is leased to `consumer` and pushed to its handoff list (a worker
+        of that name takes it at its next dequeue or idle wait; leave_idle() returns it) once
+        the old run is over: when the holder says it stopped, or its lease runs out (at once
+        if it has); until then it counts against the request's concurrency, so it never runs
+        twice at once (introspect.pending() shows until when at the latest: `moves_by_ms`).
 
         With `expect_consumer` and `min_idle_ms` (what an operator's page showed), the claim
         is refused with StateChanged if the task has another holder or was delivered again
-        since (idle less than shown); NotLeased (a StateChanged) if it is no longer leased.
+        since (idle less than shown); NotLeased (a StateChanged) if it is no longer leased or
+        was taken from its holder already.
         """
         validate_id(consumer, "consumer name")
-        reply = self._claim(request_id, task_id, consumer, expect_consumer, min_idle_ms)
-        return Lease(reply[1], int(reply[2]), orjson.loads(reply[3]), reply[4], int(reply[5]))
+        return str(self._claim(request_id, task_id, consumer, expect_consumer, min_idle_ms)[1])
 
     def release_task(
         self,
@@ -86,8 +90,10 @@ class Operator(QueueBase):
         min_idle_ms: int = 0,
     ) -> str:
         """Take a leased task from its holder and put it back to waiting without spending an
-        attempt; returns the holder. Refused as claim() is."""
-        return str(self._claim(request_id, task_id, "", expect_consumer, min_idle_ms)[6])
+        attempt; returns the holder. As with claim(), the task waits again once the old run is
+        over (the holder said it stopped, or its lease ran out), counted against the request's
+        concurrency until then. Refused as claim() is."""
+        return str(self._claim(request_id, task_id, "", expect_consumer, min_idle_ms)[1])
 
     def _claim(
         self, request_id: str, task_id: str, consumer: str, expect: str | None, min_idle_ms: int

@@ -16,8 +16,9 @@ class Cancelled(Exception):
 
 class LeaseGone(Exception):
     """Raised by TaskContext.check() when this run no longer holds its lease (reaped, claimed
-    or released by an operator): another run may already have the task, so this one stops.
-    The worker neither acks nor fails it."""
+    or released by an operator): the task is to run again, so this run stops. The worker
+    neither acks nor fails it; it tells Redis the run stopped, so that a task an operator
+    released or claimed (kept from running again while this run may go on) moves on now."""
 
 
 class Permanent(Exception):

@@ -127,7 +127,7 @@ class Heartbeat(threading.Thread):
             # (A finished task's lease may have been acked since the snapshot.)
             ctx.lost = True
             log.warning("lease lost queue=%s request=%s task=%s worker=%s (reaped, claimed "
-                        "or released: the task runs elsewhere; this run stops at its next "
+                        "or released: the task runs again; this run stops at its next "
                         "ctx.check() and its ack will be refused)",
                         queue, ctx.request_id, ctx.task_id, self.worker)
 

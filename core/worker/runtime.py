@@ -343,7 +343,7 @@ class Worker:
             if not ok:
                 rid, tid, _ = token.split("/")
                 log.warning("ack refused queue=%s request=%s task=%s worker=%s: the lease was "
-                            "lost (expired or claimed), so the task runs again elsewhere",
+                            "lost (expired, released or claimed), so the task runs again",
                             q.name, rid, tid, self.name)
 
     def _idle(self, next_due_ms: int) -> tuple[Queue, list[Lease]] | None:
@@ -407,9 +407,23 @@ class Worker:
             log.warning("lease lost before the task started queue=%s request=%s task=%s "
                         "worker=%s: not running it (it runs elsewhere)",
                         q.name, ctx.request_id, ctx.task_id, self.name)
-            self.held.discard(q.name, [ctx.lease.lease])
-            self._done(ran=False)
+            self._stopped(q, ctx)
         return held
+
+    def _stopped(self, q: Queue, ctx: TaskContext) -> None:
+        """A run whose lease was taken away is over (or never started): say so. An operator's
+        release or claim of a task keeps it from running elsewhere while the old run may go
+        on; this lets it move on now rather than when the old lease would have expired."""
+        self.held.discard(q.name, [ctx.lease.lease])
+        self._done(ran=False)
+        if not ctx.lost:
+            return  # not known lost (Redis did not answer): the reaper's once it expires
+        try:
+            q.release([ctx.lease.lease])  # refused (-1): the lease is not ours; ends the wait
+        except PASSING as exc:
+            log.warning("could not tell Redis that the run stopped queue=%s request=%s task=%s "
+                        "worker=%s (%s): the task moves on when the lease expires",
+                        q.name, ctx.request_id, ctx.task_id, self.name, exc)
 
     def _flush_loop(self) -> None:
         """Send acks that waited more than ACK_FLUSH_S for their slot's next call."""
@@ -449,8 +463,7 @@ class Worker:
         except LeaseGone:
             log.warning("task stopped: lease lost queue=%s request=%s task=%s worker=%s",
                         q.name, ctx.request_id, ctx.task_id, self.name)
-            self.held.discard(q.name, [lease.lease])
-            self._done(ran=False)
+            self._stopped(q, ctx)
         except TimeLimitExceeded as exc:
             if ctx.timed_out:  # already failed by the heartbeat
                 self.held.discard(q.name, [lease.lease])

@@ -1,5 +1,6 @@
 """`manage.py release --request RID --task TID ... --from CONSUMER [--min-idle MS] [--queue Q]
-[--dry-run]`: leased tasks back to waiting now, without spending an attempt."""
+[--dry-run]`: leased tasks back to waiting, without spending an attempt, once the runs they are
+taken from have stopped (or their leases expired)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ from .claim import add_entry_options
 
 
 class Command(BaseCommand):
-    help = ("Release pending entries: leased tasks go back to waiting now (no attempt spent). "
-            "Audited with the OS user (or --as) as the actor.")
+    help = ("Release pending entries: leased tasks go back to waiting (no attempt spent) once "
+            "their holders have stopped running them or their leases expired. Audited with the "
+            "OS user (or --as) as the actor.")
 
     def add_arguments(self, parser: ArgumentParser) -> None:
         add_entry_options(parser)

@@ -1,6 +1,7 @@
 --[[ cancel: a request delivers no more tasks. Waiting and delayed tasks are dropped and
 counted as cancelled; leased ones keep running until their workers see the cancellation
-(extend answers 2) and release, ack or fail them. The request completes as "cancelled" when
+(extend answers 2) and release, ack or fail them (a lease an operator revoked: until its run
+is over, see revoke() in _common.lua). The request completes as "cancelled" when
 none is leased any more: at once if none is. Cancelling a finished request changes nothing.
 A held follow-up (submit_after.lua) is cancelled as an active request is: it had run nothing.
 

@@ -1,22 +1,33 @@
---[[ claim: an operator moves a leased task to another consumer, or releases it back to
-waiting (consumer ""). Only a task that is still leased can be claimed: the state is checked
-here, not by the caller. The old lease stops being valid, so its holder's ack is refused.
-Neither move counts as an attempt. An operator's page passes what it showed (the holder and
-how long the entry had been idle), so a stale page or a double click is refused instead of
-moving a task that changed hands meanwhile (a new delivery resets the idle time).
+--[[ claim: an operator takes a leased task from its holder, for another consumer or back to
+waiting (consumer ""). Only a task that is still leased can be taken: the state is checked
+here, not by the caller. Neither move counts as an attempt. An operator's page passes what it
+showed (the holder and how long the entry had been idle), so a stale page or a double click
+is refused instead of moving a task that changed hands meanwhile (a new delivery resets the
+idle time).
+
+The holder's lease stops being valid at once: its renewal, ack and fail are refused, and it
+stops the run at its next check. While its lease has not expired the run may still be going
+on, so the lease is revoked (revoke() in _common.lua): the task stays leased to the holder,
+counted against the request's concurrency, until the holder says its run stopped or the
+lease runs out; then it moves on (end_revoked()). A lease already past its expiry (a holder
+that stopped renewing) moves on now. Moving on: back to waiting, or leased to the consumer
+and pushed to its handoff list, where a worker of that name takes it; dropped as cancelled
+if the request is being cancelled.
 
 KEYS[1..8] queue-level keys (see _common.lua)
 KEYS[9]    <p>:{Q}:req:<rid>         request hash
 KEYS[10]   <p>:{Q}:req:<rid>:tasks   task stream
-Derived:   req:<rid>:rel, tr:<prio>:<tenant>, state:<state>, done:<rid>, delayed:<prio>, dprio
+Derived:   req:<rid>:rel, revoked, claimto, handoff:<consumer>, tr:<prio>:<tenant>,
+           state:<state>, done:<rid>, delayed:<prio>, dprio, idle
 
 ARGV[1] rid   ARGV[2] now (ms)   ARGV[3] task id   ARGV[4] consumer ("" = release)
 ARGV[5] expected holder ("" or absent = any)   ARGV[6] least idle time (ms; absent = 0)
 
-Returns {1, lease, attempt, payload, handler, lease_ms, previous holder} for a claim,
-        {1, "", 0, "", "", 0, previous holder} for a release
-Errors: -2 no such request, -5 task is not leased, -7 held by another consumer than
-        expected, or idle less than ARGV[6] (delivered again since)
+Returns {1, previous holder, until}: until = the revoked lease's expiry (ms), when the task
+        moves on at the latest, or 0 when it moved on now
+Errors: -2 no such request, -5 task is not leased (or was released or claimed already and
+        its holder has not stopped yet), -7 held by another consumer than expected, or idle
+        less than ARGV[6] (delivered again since)
 --]]
 --@include common
 
@@ -35,24 +46,18 @@ if string.sub(holder, 1, 1) == '~' then return -5 end
 local expect = ARGV[5] or ''
 if expect ~= '' and holder ~= expect then return -7 end
 local old = rid .. '/' .. tid .. '/' .. deliveries
-if redis.call('ZREM', K_LEASES, old) == 0 then return -5 end
+local expiry = redis.call('ZSCORE', K_LEASES, old)
+if not expiry then return -5 end
 write_rel(h, 'HINCRBY', tid, 1)
-if consumer == '' then
-  add(h, 'leased', -1)
-  if h.state == 'cancelling' then
-    retire(rid, tid)
-    add(h, 'cancelled', 1)
-  else
-    to_waiting(h, tid)
-  end
-  event('released', rid, 'task', tid, 'worker', holder)
-  sync_ready(h)
-  maybe_complete(h, now)
-  dispatch_idle()
-  return {1, '', 0, '', '', 0, holder}
+local kind, who = 'released', holder
+if consumer ~= '' then kind, who = 'claimed', consumer end
+if tonumber(expiry) >= now then
+  revoke(old, expiry, consumer)
+  event(kind, rid, 'task', tid, 'worker', who, 'from', holder, 'until', expiry)
+  return {1, holder, expiry}
 end
-local c = redis.call('XCLAIM', sk, GROUP, consumer, 0, tid)
-local lease = rid .. '/' .. tid .. '/' .. (deliveries + 1)
-redis.call('ZADD', K_LEASES, now + h.lease_ms, lease)
-event('claimed', rid, 'task', tid, 'worker', consumer, 'from', holder)
-return {1, lease, attempts_of(rid, tid, deliveries + 1), c[1][2][2], h.handler, h.lease_ms, holder}
+redis.call('ZREM', K_LEASES, old)
+move_on(h, tid, deliveries, consumer, now)
+event(kind, rid, 'task', tid, 'worker', who, 'from', holder)
+dispatch_idle()
+return {1, holder, 0}

@@ -5,7 +5,8 @@ one round trip per batch: ack what it finished and take the next tasks.
 
 Ack: a lease "<rid>/<task>/<delivery>" is accepted only while it is held: present in `leases`
 with an expiry not yet past. An ack of an expired, reaped, claimed or already acked lease is
-refused and changes nothing, so a task is counted done once.
+refused and changes nothing, so a task is counted done once; but a refused ack of a lease an
+operator revoked (claim.lua) says its run is over, so that task moves on now (end_revoked()).
 
 Dequeue: tasks handed to this consumer but not yet picked up come first; then take_ready()
 (_common.lua) promotes due retries (highest priority first) and leases up to `count` tasks
@@ -15,7 +16,8 @@ by priority and rotation: parked retries first (XCLAIM from
 
 KEYS[1..8] queue-level keys (see _common.lua)
 Derived:   req:<rid>, req:<rid>:tasks, req:<rid>:rel, tr:<prio>:<tenant>, state:<state>,
-           done:<rid>, idle, handoff:<consumer>, delayed:<prio>, dprio (see _common.lua)
+           done:<rid>, idle, handoff:<consumer>, delayed:<prio>, dprio, revoked, claimto
+           (see _common.lua)
 
 ARGV[1] now (ms)   ARGV[2] consumer   ARGV[3] count
 ARGV[4] lease_ms (0 = each request's own; a worker passes how soon it must be presumed dead)
@@ -62,6 +64,7 @@ if #ARGV >= 6 then
       tids[#tids + 1] = tid
     else
       acks[i] = -1
+      if rid and not score then end_revoked(lease, now, 'holder') end
     end
   end
   if #valid > 0 then
@@ -102,6 +105,8 @@ if idle_member then
           redis.call('ZADD', K_LEASES, 'XX', now + tonumber(t[i + 4]), t[i])
           for j = i, i + 4 do out[#out + 1] = t[j] end
           got = got + 1
+        else  -- never started here: if an operator revoked it, it moves on now
+          end_revoked(t[i], now, 'holder')
         end
       end
     end

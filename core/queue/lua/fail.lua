@@ -4,20 +4,26 @@ dead-letter the task once it has used `max_attempts` (or at once when retry is r
 A task of a cancelled request is not retried: it is counted cancelled.
 
 KEYS[1..8] queue-level keys (see _common.lua)
-Derived:   req:<rid>, req:<rid>:tasks|rel|dead, tr:<prio>:<tenant>, state:<state>, done:<rid>, delayed:<prio>, dprio
+Derived:   req:<rid>, req:<rid>:tasks|rel|dead, tr:<prio>:<tenant>, state:<state>, done:<rid>,
+           delayed:<prio>, dprio, revoked, claimto, handoff:<consumer>, idle
 
 ARGV[1] now (ms)  ARGV[2] lease  ARGV[3] error text  ARGV[4] traceback  ARGV[5] worker
 ARGV[6] jitter in [0, 1)  ARGV[7] retry allowed (1|0)
 
 Returns {1, outcome, attempts, delay_ms}; outcome: "delayed", "waiting", "dead" or "cancelled"
-Errors: -1 lease not held (expired, reaped, claimed or already finished)
+Errors: -1 lease not held (expired, reaped, claimed, released or already finished). The fail
+        of a lease an operator revoked (claim.lua) is refused too, but says that its run is
+        over: its task moves on now (end_revoked()), without spending an attempt.
 --]]
 --@include common
 
 local now, lease = now_ms(ARGV[1]), ARGV[2]
 local rid, tid, deliv = split_lease(lease)
 local score = redis.call('ZSCORE', K_LEASES, lease)
-if not rid or not score or tonumber(score) < now then return -1 end
+if not rid or not score or tonumber(score) < now then
+  if rid and not score and end_revoked(lease, now, 'holder') then dispatch_idle() end
+  return -1
+end
 redis.call('ZREM', K_LEASES, lease)
 local h = load_req(rid)
 add(h, 'leased', -1)

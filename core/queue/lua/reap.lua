@@ -2,12 +2,19 @@
 task has used its attempts (the expired delivery counts as one). Tasks of a cancelled request
 are dropped as cancelled. Each recovery is an event naming the worker that held the lease.
 
+Then leases an operator revoked (claim.lua) whose expiry has passed and whose holder never
+said its run stopped: the run may be presumed over, as that of an expired lease, and the task
+moves on as the operator asked (end_revoked()): back to waiting, to the consumer it was
+claimed for ("claimed"), or cancelled; no attempt is spent (the operator's move).
+
 KEYS[1..8] queue-level keys (see _common.lua)
-Derived:   req:<rid>, req:<rid>:tasks|rel|dead, tr:<prio>:<tenant>, state:<state>, done:<rid>, delayed:<prio>, dprio
+Derived:   req:<rid>, req:<rid>:tasks|rel|dead, tr:<prio>:<tenant>, state:<state>, done:<rid>,
+           delayed:<prio>, dprio, revoked, claimto, handoff:<consumer>, idle
 
-ARGV[1] now (ms)   ARGV[2] at most this many leases
+ARGV[1] now (ms)   ARGV[2] at most this many leases (and as many revoked ones)
 
-Returns flat: request, task, worker, outcome ("waiting", "dead" or "cancelled") per lease
+Returns flat: request, task, worker, outcome ("waiting", "dead", "cancelled" or, for a revoked
+lease, "claimed") per lease
 --]]
 --@include common
 
@@ -43,6 +50,16 @@ for _, lease in ipairs(expired) do
   out[#out + 1] = rid
   out[#out + 1] = tid
   out[#out + 1] = worker
+  out[#out + 1] = outcome
+end
+for _, lease in ipairs(redis.call('ZRANGEBYSCORE', K_REVOKED, '-inf', '(' .. now,
+                                  'LIMIT', 0, limit)) do
+  local rid, tid = split_lease(lease)
+  local _, worker = pending_info(rid, tid)  -- the holder, before the task moves on
+  local outcome = end_revoked(lease, now, 'expiry')
+  out[#out + 1] = rid
+  out[#out + 1] = tid
+  out[#out + 1] = worker or '?'
   out[#out + 1] = outcome
 end
 dispatch_idle()

@@ -12,19 +12,23 @@ Its leases are found without scanning the queue: the tasks its last heartbeat li
 worker's registry entry, this queue's only), what was handed to it (handoff:<worker>), and
 the expired leases (every lease it renewed at its last beat has expired since: a worker
 leases for its dead-after), ARGV[4] of them from offset ARGV[5]; each is checked against the
-task's pending entry (held by this worker, with the same delivery count).
+task's pending entry (held by this worker, with the same delivery count). A lease of it that
+an operator revoked (claim.lua) moves on now as the operator asked (end_revoked()): the worker
+is not running it any more. The revoked leases (a few) are looked at on the first call.
 
 KEYS[1..8] queue-level keys (see _common.lua)
 KEYS[9]    <p>:{Q}:workers          zset worker -> last beat (ms)
 KEYS[10]   <p>:{Q}:worker:<name>    hash its registry entry (info JSON)
 Derived:   req:<rid>, req:<rid>:tasks|rel, tr:<prio>:<tenant>, state:<state>, done:<rid>,
-           idle (its entries removed), handoff:<worker>, delayed:<prio>, dprio
+           idle (its entries removed), handoff:<worker>, delayed:<prio>, dprio, revoked,
+           claimto, handoff:<consumer>
 
 ARGV[1] now (ms)   ARGV[2] worker   ARGV[3] its dead-after (ms; 0 = from its registry entry)
 ARGV[4] expired leases to look at   ARGV[5] offset into the expired leases
 ARGV[6] "crashed" (optional): reap its leases now, as above
 
-Returns {released, cancelled, next}: next = the offset to call again with when ARGV[4]
+Returns {released, cancelled, next} (released: back to waiting or, for a revoked lease, to
+the consumer it was claimed for): next = the offset to call again with when ARGV[4]
 expired leases were looked at (there may be more), else -1: the worker was removed from the
 registry.
 Errors: -8 no such worker, -7 the worker beat within its dead-after (or none is known)
@@ -79,6 +83,12 @@ for _, lease in ipairs(expired) do
   local rid, tid = split_lease(lease)
   consider(rid, tid)
 end
+if offset == 0 then
+  for _, lease in ipairs(redis.call('ZRANGE', K_REVOKED, 0, limit - 1)) do
+    local rid, tid = split_lease(lease)
+    consider(rid, tid)
+  end
+end
 
 local released, cancelled, removed = 0, 0, {}
 for _, c in ipairs(candidates) do
@@ -112,6 +122,13 @@ for _, c in ipairs(candidates) do
     end
     sync_ready(h)
     maybe_complete(h, now)
+  elseif h then
+    local outcome = end_revoked(token, now, 'reclaim')
+    if outcome == 'cancelled' then
+      cancelled = cancelled + 1
+    elseif outcome then
+      released = released + 1
+    end
   end
 end
 local next_offset = -1

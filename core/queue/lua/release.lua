@@ -2,9 +2,14 @@
 stopped because its request was cancelled). A release is not counted as an attempt.
 
 KEYS[1..8] queue-level keys (see _common.lua)
-Derived:   req:<rid>, req:<rid>:tasks|rel, tr:<prio>:<tenant>, state:<state>, done:<rid>, delayed:<prio>, dprio
+Derived:   req:<rid>, req:<rid>:tasks|rel, tr:<prio>:<tenant>, state:<state>, done:<rid>,
+           delayed:<prio>, dprio, revoked, claimto, handoff:<consumer>, idle
 
 ARGV[1] now (ms)   ARGV[2..] leases
+
+A worker also releases a lease it learned was taken from it (a run stopped by LeaseGone, or
+never started): if an operator revoked it (claim.lua), its task moves on now instead of when
+the lease would have expired (end_revoked()).
 
 Returns one integer per lease: 1 back to waiting, 2 dropped as cancelled, -1 not held.
 --]]
@@ -17,6 +22,7 @@ for i = 2, #ARGV do
   local rid, tid = split_lease(lease)
   local score = redis.call('ZSCORE', K_LEASES, lease)
   if not rid or not score or tonumber(score) < now then
+    if rid and not score then end_revoked(lease, now, 'holder') end
     out[#out + 1] = -1
   else
     redis.call('ZREM', K_LEASES, lease)
