@@ -38,10 +38,12 @@ MAX_TARGETS = 1_000_000
 def _when(name: str, value: str) -> dt.datetime:
     try:
         parsed = dt.datetime.fromisoformat(value.strip())
-    except ValueError:
-        raise BadInput(f"{name} must be a date or time such as 2026-11-23T14:05, not "
-                       f"{value!r}") from None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
+        # In UTC here, so that a time whose offset moves it out of the calendar
+        # (9999-12-31T23:59-23:59) is refused now, not by the database's adapter later.
+        return parsed.astimezone(dt.UTC) if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
+    except (ValueError, OverflowError):
+        raise BadInput(f"{name} must be a date or time such as 2026-11-23T14:05, between the "
+                       f"years 1 and 9999 in UTC, not {value[:100]!r}") from None
 
 
 def _clean(action: str, filters: dict[str, str]) -> dict[str, str]:

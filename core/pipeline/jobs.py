@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.queue import Queue, UnknownRequest, introspect
+from core.queue import InvalidInput, Queue, UnknownRequest, introspect
 from core.queue.models import DeadLetter, RequestInfo
 
 from .spec import JobSpec, SpecError
@@ -102,6 +102,16 @@ def check_id_free(q: Queue, job_id: str) -> None:
                          f"the combine step of data job {job_id}")
 
 
+def check_tasks(q: Queue, spec: JobSpec) -> None:
+    """SpecError unless the queue takes the job's split and combine tasks, which carry its
+    spec: checked by the engine's own encoder (JSON, the queue's payload limit) before
+    anything is written, so that a refusal never leaves a job opened and not queued."""
+    try:
+        q._encode([payload("split", spec), payload("combine", spec)])
+    except InvalidInput as exc:
+        raise SpecError(f"the job's tasks cannot carry its description: {exc}") from None
+
+
 def check_size(spec: JobSpec) -> None:
     """SpecError when the job's description is too big for its tasks (they carry it)."""
     size = len(spec.to_json().encode("utf-8", "surrogatepass"))
@@ -117,6 +127,7 @@ def submit(q: Queue, spec: JobSpec, options: QueueOptions | None = None) -> bool
     description does not fit in its tasks."""
     o = options or QueueOptions()
     check_size(spec)
+    check_tasks(q, spec)
     check_id_free(q, spec.job_id)
     key = record_key(q, spec.job_id)
     if introspect.request(q, spec.job_id) is None and q.redis.exists(key):

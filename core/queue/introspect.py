@@ -11,7 +11,7 @@ import redis
 from . import registry
 from .base import int_in
 from .client import Queue, translated
-from .keys import validate_id
+from .keys import MAX_TASK_ID, validate_id, validate_task_id
 from .models import (
     STATES,
     DeadLetter,
@@ -170,7 +170,9 @@ def pending(q: Queue, request_id: str, *, after: str = "-", count: int = 50) -> 
     one an operator released or claimed while its holder may still run it, when it moves on
     at the latest), and parked ones (consumer "~waiting", "~delayed" or "~dead")."""
     rid = validate_id(request_id, "request id")
-    start = after if after == "-" else f"({after}"
+    start = after if after == "-" else f"({validate_task_id(after)}"
+    if after == MAX_TASK_ID:
+        return []  # nothing can come after it (Redis refuses the exclusive range)
     with translated("pending"):
         try:
             rows = _r(q).xpending_range(q.keys.tasks(rid), "g", start, "+", count)
@@ -232,11 +234,22 @@ def workers(q: Queue, *, after: PageCursor | None = None, limit: int = 50) -> Pa
         for name, _ in rows:
             pipe.hget(q.keys.worker(name), "info")
         infos = pipe.execute()
-    items = [
-        WorkerInfo(name, score, json.loads(info) if info else {})
-        for (name, score), info in zip(rows, infos, strict=True)
-    ]
+    items = [_worker(name, score, info) for (name, score), info in zip(rows, infos, strict=True)]
     return Page(items, cursor)
+
+
+def _worker(name: str, score: int, text: str | None) -> WorkerInfo:
+    """A registry entry as its worker wrote it: an entry that is not a JSON object (another
+    client's, a broken writer's) is kept as text, so one odd worker breaks no reader."""
+    if not text:
+        return WorkerInfo(name, score, {})
+    try:
+        info = json.loads(text)
+    except ValueError:
+        info = None
+    if isinstance(info, dict):
+        return WorkerInfo(name, score, info)
+    return WorkerInfo(name, score, {}, text)
 
 
 def drained(q: Queue) -> bool:

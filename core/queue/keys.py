@@ -10,7 +10,9 @@ from .errors import InvalidInput
 # Ids become parts of key names and of "<rid>/<task>/<n>" lease strings, so only characters
 # that cannot break either are allowed (no braces, colons, slashes, spaces or newlines).
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@=+-]{0,127}")
-_TASK_ID = re.compile(r"\d{1,20}-\d{1,20}")
+_TASK_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
+_ID_PART_MAX = 2**64 - 1
+MAX_TASK_ID = f"{_ID_PART_MAX}-{_ID_PART_MAX}"  # the last stream entry id Redis can hold
 
 
 def validate_id(value: object, what: str) -> str:
@@ -25,8 +27,12 @@ def validate_id(value: object, what: str) -> str:
 
 def validate_task_id(value: object) -> str:
     """Return `value` if it looks like a task (stream entry) id such as 1700000000000-0."""
-    if not isinstance(value, str) or not _TASK_ID.fullmatch(value):
-        raise InvalidInput(f"invalid task id {value!r}: expected <milliseconds>-<sequence>")
+    # Each part is an unsigned 64-bit integer to Redis, which refuses anything larger.
+    if not isinstance(value, str) or not _TASK_ID.fullmatch(value) or any(
+        int(part) > _ID_PART_MAX for part in value.split("-")
+    ):
+        raise InvalidInput(f"invalid task id {value!r}: expected <milliseconds>-<sequence>, "
+                           f"each at most {_ID_PART_MAX}")
     return value
 
 

@@ -172,7 +172,8 @@ class DeadLetter:
 class WorkerInfo:
     name: str
     last_beat_ms: int
-    info: dict[str, str]
+    info: dict[str, Any]  # {} when its entry expired, or held no JSON object
+    unreadable: str = ""  # the entry as written, when it is not a JSON object
 
 
 @dataclass(frozen=True, slots=True)

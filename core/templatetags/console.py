@@ -20,7 +20,10 @@ def _to_datetime(value: Any) -> dt.datetime | None:
     if isinstance(value, dt.datetime):
         return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
     if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
-        return dt.datetime.fromtimestamp(value / 1000, dt.UTC)
+        try:
+            return dt.datetime.fromtimestamp(value / 1000, dt.UTC)
+        except (OverflowError, ValueError, OSError):  # past the year 9999: shown as "—"
+            return None
     return None
 
 

@@ -21,7 +21,7 @@ from core.queue.client import translated
 from core.queue.models import PageCursor
 
 from .common import console_page, page
-from .workers import DEFAULT_DEAD_AFTER_MS
+from .workers import DEFAULT_DEAD_AFTER_MS, dead_after_of
 
 PAGE = 50
 
@@ -97,9 +97,8 @@ def _consumer_state(now: int, beat: Any, info: Any) -> str:
     if beat is None:
         return "gone"  # not in the registry: exited, or pruned
     try:
-        dead_after = int(json.loads(info).get("dead_after_ms") or DEFAULT_DEAD_AFTER_MS) \
-            if info else DEFAULT_DEAD_AFTER_MS
-    except (ValueError, TypeError, AttributeError):
+        dead_after = dead_after_of(json.loads(info) if info else None)
+    except ValueError:  # not JSON: whatever wrote it, the default applies
         dead_after = DEFAULT_DEAD_AFTER_MS
     age = now - int(float(beat))
     return "alive" if age < dead_after / 2 else "stale" if age < dead_after else "gone"

@@ -108,8 +108,10 @@ def request_list(request: HttpRequest) -> HttpResponse:
         # A prefix: a range on the (queue, request_id) index, [find, its successor), then the
         # prefix itself (the range alone is exact in a byte-ordered collation, SQLite's and
         # PostgreSQL's "C"; under a linguistic one it could leave out ids with punctuation).
-        upper = find[:-1] + chr(ord(find[-1]) + 1)
-        qs = qs.filter(request_id__gte=find, request_id__lt=upper, request_id__startswith=find)
+        qs = qs.filter(request_id__gte=find, request_id__startswith=find)
+        upper = _successor(find)
+        if upper is not None:
+            qs = qs.filter(request_id__lt=upper)
     paged: Paged[Request] = keyset(qs, field, db_cursor(request))
     live = _live(queue, [r.request_id for r in paged.items if r.state not in TERMINAL_STATES])
     rows = [Row.of(queue.name, r, live.get(r.request_id)) for r in paged.items]
@@ -125,6 +127,17 @@ def request_list(request: HttpRequest) -> HttpResponse:
     # Poll while something on the page can still change, or new requests can appear (page 1).
     return page(request, "core/requests.html", queue, context, nav="requests",
                 live=any_live or paged.first)
+
+
+def _successor(prefix: str) -> str | None:
+    """The least string above every string that starts with `prefix` (None: there is none,
+    it is all U+10FFFF). Never a lone surrogate, which no database can store."""
+    for i in range(len(prefix) - 1, -1, -1):
+        code = ord(prefix[i])
+        if code < 0x10FFFF:
+            code = 0xE000 if 0xD800 <= code + 1 <= 0xDFFF else code + 1
+            return prefix[:i] + chr(code)
+    return None
 
 
 def _find(queue: Queue, rid: str) -> Row | None:

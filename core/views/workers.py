@@ -4,14 +4,19 @@ are up for reaping; or its registry entry expired)."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 from dataclasses import dataclass, replace
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
+from django.urls import reverse
 
 from core.console.paging import Paged, zset_cursor
 from core.console.queues import queue_from
 from core.queue import introspect
+from core.queue.errors import InvalidInput
+from core.queue.keys import validate_id, validate_task_id
 from core.queue.models import WorkerInfo
 
 from .common import console_page, page
@@ -19,12 +24,38 @@ from .common import console_page, page
 DEFAULT_DEAD_AFTER_MS = 10_000  # runworker's default --dead-after
 
 
+SHOWN_CHARS = 200  # of a heartbeat's odd text, on the page
+
+
 @dataclass(frozen=True)
 class Task:
+    """A task a worker's heartbeat says it runs, as it says it: `url` (its request's page)
+    and `held` ("<request>/<task>", what the release form posts) only when the entry names
+    a queue, a request and a task that are ids; otherwise the page shows it as text."""
+
     queue: str
     request_id: str
     task_id: str
     since_ms: int | None
+    url: str | None = None
+    held: str | None = None
+
+    @classmethod
+    def of(cls, entry: Any) -> Task:
+        if not isinstance(entry, dict):
+            return cls("", _text(json.dumps(entry, default=str)), "", None)
+        queue, rid, tid = (_text(entry.get(k)) for k in ("queue", "request", "task"))
+        url = held = None
+        try:
+            validate_id(queue, "queue name")
+            validate_id(rid, "request id")
+        except InvalidInput:
+            pass
+        else:
+            url = reverse("core:request", args=[queue, rid])
+            with contextlib.suppress(InvalidInput):
+                held = f"{rid}/{validate_task_id(tid)}"
+        return cls(queue, rid, tid, _int(entry.get("since")), url, held)
 
 
 @dataclass(frozen=True)
@@ -46,43 +77,57 @@ class Worker:
     stopping: bool
     tasks: list[Task]
     held_here: int = 0  # its tasks of the page's queue: what "release its tasks" acts on
+    unreadable: str = ""  # its heartbeat's entry, when that is not a JSON object
 
     @classmethod
     def of(cls, w: WorkerInfo, now_ms: int) -> Worker:
         info: dict[str, Any] = w.info if isinstance(w.info, dict) else {}
-        dead_after = _int(info.get("dead_after_ms")) or DEFAULT_DEAD_AFTER_MS
+        dead_after = dead_after_of(info)
         age = max(0, now_ms - w.last_beat_ms)
-        if not info or age >= dead_after:
-            state = "gone"
+        if (not info and not w.unreadable) or age >= dead_after:
+            state = "gone"  # its entry expired, or it is past its --dead-after
         elif age >= dead_after / 2:
             state = "stale"
         else:
             state = "alive"
         queues = info.get("queues", "")
-        tasks = []
-        for t in info.get("tasks") or []:
-            if isinstance(t, dict):
-                tasks.append(Task(str(t.get("queue", "")), str(t.get("request", "")),
-                                  str(t.get("task", "")), _int(t.get("since"))))
+        listed = info.get("tasks") or []
+        tasks = [Task.of(t) for t in (listed if isinstance(listed, list) else [listed])]
         started = _int(info.get("started"))
         return cls(
             name=w.name, state=state, beat_ms=w.last_beat_ms, age_ms=age,
-            dead_after_ms=dead_after, host=str(info.get("host", "")),
-            pid=str(info.get("pid", "")),
-            queues=", ".join(map(str, queues)) if isinstance(queues, list) else str(queues),
-            slots=str(info.get("slots", "")),
+            dead_after_ms=dead_after, host=_text(info.get("host")),
+            pid=_text(info.get("pid")),
+            queues=_text(", ".join(map(str, queues)) if isinstance(queues, list) else queues),
+            slots=_text(info.get("slots")),
             started_ms=started * 1000 if started else None,
             processed=_int(info.get("processed")), failed=_int(info.get("failed")),
-            running=_int(info.get("running")), version=str(info.get("version", "")),
+            running=_int(info.get("running")), version=_text(info.get("version")),
             stopping=bool(info.get("stopping")), tasks=tasks,
+            unreadable=_text(w.unreadable),
         )
 
 
+def dead_after_of(info: Any) -> int:
+    """A heartbeat's --dead-after (ms), or runworker's default where it gives none usable."""
+    n = _int(info.get("dead_after_ms")) if isinstance(info, dict) else None
+    return n if n is not None and n > 0 else DEFAULT_DEAD_AFTER_MS
+
+
 def _int(value: Any) -> int | None:
+    """A heartbeat's number, or None if it is none a page can show (text, a list, Infinity,
+    beyond 64 bits)."""
     try:
-        return int(value) if value is not None and value != "" else None
-    except (TypeError, ValueError):
+        n = int(value) if value is not None and value != "" else None
+    except (TypeError, ValueError, OverflowError):
         return None
+    return n if n is None or abs(n) < 2**63 else None
+
+
+def _text(value: Any) -> str:
+    """A heartbeat's value as text, cut to what a cell shows."""
+    text = "" if value is None else str(value)
+    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + "…"
 
 
 @console_page
@@ -92,7 +137,7 @@ def worker_list(request: HttpRequest) -> HttpResponse:
     got = introspect.workers(queue, after=after, limit=50)
     now = queue.now_ms()
     workers = [Worker.of(w, now) for w in got.items]
-    workers = [replace(w, held_here=sum(1 for t in w.tasks if t.queue == queue.name))
+    workers = [replace(w, held_here=sum(1 for t in w.tasks if t.queue == queue.name and t.held))
                for w in workers]
     context = {
         "workers": workers,
