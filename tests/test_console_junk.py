@@ -570,7 +570,7 @@ def test_junk_in_every_parameter_and_field_is_never_a_5xx_nor_an_outage(
 
     junk.fields("POST", "/logout/", ["next"])  # logs out, last: the rest needed the login
     assert junk.wrong == [], f"{len(junk.wrong)} of {junk.sent}:\n" + "\n".join(junk.wrong)
-    assert junk.sent > 4_000
+    assert junk.sent > 3_500  # the corpus ran (4,007 requests as written)
     print(f"\n{junk.sent:,} junk requests")
 
 
@@ -607,6 +607,7 @@ def test_junk_in_the_django_admin_is_never_a_5xx(admin: Client, world: World) ->
         for value in SELECTIONS:
             junk.post(path, _encode([("action", action), ("_selected_action", value)]))
     assert junk.wrong == [], f"{len(junk.wrong)} of {junk.sent}:\n" + "\n".join(junk.wrong)
+    print(f"\n{junk.sent:,} junk requests to the admin")
 
 
 @pytest.mark.xfail(strict=True, reason="Django admin's own 500s: core/admin.py to bound the "
