@@ -16,12 +16,15 @@ from typing import Any
 from axes.admin import AccessAttemptAdmin, AccessLogAdmin
 from axes.models import AccessAttempt, AccessLog
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.contrib.admin.models import LogEntry
+from django.contrib.admin.views.main import SEARCH_VAR
 from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.models import Group, User
+from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import Model, QuerySet
-from django.http import HttpRequest
+from django.db.models import IntegerField, Model, QuerySet
+from django.http import HttpRequest, HttpResponseBadRequest
 
 from core.models import AuditEntry, BulkAction, DeadLetter, Request
 from core.ops import actions, audit
@@ -30,8 +33,45 @@ from core.ops.errors import OpsError
 from core.ops.perms import permission_for
 from core.queue import QueueError
 
+MAX_SEARCH = 200  # characters of the admin's search box (SQLite refuses a LIKE of ~50 KB)
 
-class ReadOnly(admin.ModelAdmin):
+
+class Bounded(admin.ModelAdmin):
+    """A list page that answers junk with a message, never a 500: a search too long for the
+    database, an action's selection naming no possible primary key."""
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
+        search = request.GET.get(SEARCH_VAR, "")
+        if len(search) > MAX_SEARCH:
+            return HttpResponseBadRequest(
+                f"The search is {len(search):,} characters long: at most {MAX_SEARCH}.",
+                content_type="text/plain; charset=utf-8")
+        if request.method == "POST":
+            bad = [v for v in request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)
+                   if not _possible_key(self.model, v)]
+            if bad:
+                return HttpResponseBadRequest(
+                    f"The selection names {bad[0][:40]!r}, which is no "
+                    f"{self.model._meta.verbose_name}'s id.",
+                    content_type="text/plain; charset=utf-8")
+        return super().changelist_view(request, extra_context)
+
+
+def _possible_key(model: type[Model], value: str) -> bool:
+    """`value` is a primary key the model's table could hold (an integer key within 64 bits)."""
+    field = model._meta.pk
+    if field is None:
+        return False
+    try:
+        key = field.to_python(value)
+    except (ValidationError, ValueError, TypeError):
+        return False
+    if isinstance(field, IntegerField):
+        return isinstance(key, int) and -(2**63) <= key < 2**63
+    return key is not None
+
+
+class ReadOnly(Bounded):
     """Nothing added, changed or deleted here: the mirror and the service layer write these."""
 
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -121,7 +161,7 @@ class BulkActionAdmin(ReadOnly):
 # -- users, groups and login lockouts: every change audited --------------------------------
 
 
-class Audited(admin.ModelAdmin):
+class Audited(Bounded):
     """Each add, change (a user's groups and permissions, a group's permissions, a password)
     and delete made here writes one audit entry beside Django's own admin log entry: the
     actor the admin user, the action "<model>-add|change|delete", the target what changed."""

@@ -383,7 +383,8 @@ def test_the_cancel_confirmation_says_a_data_jobs_request_cancels_the_whole_job(
 def test_a_failed_chunk_shows_failed_with_its_reason_and_a_link_to_its_dead_letter(
     console: Queue, viewer: Client, tmp_path: Path
 ) -> None:
-    spec = submitted_job(console, tmp_path, chunks=3, options=jobs.QueueOptions(max_attempts=1))
+    spec = submitted_job(console, tmp_path, chunks=3,
+                         options=jobs.QueueOptions(max_attempts=1, concurrency=3))
     # As a worker would run it: the split adds three chunks; chunks 0 and 2 are done, chunk 1
     # (still running) then fails on its only attempt: a dead letter.
     split_by_hand(console, spec, 3)

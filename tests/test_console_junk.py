@@ -610,8 +610,6 @@ def test_junk_in_the_django_admin_is_never_a_5xx(admin: Client, world: World) ->
     print(f"\n{junk.sent:,} junk requests to the admin")
 
 
-@pytest.mark.xfail(strict=True, reason="Django admin's own 500s: core/admin.py to bound the "
-                   "search and check the selection (issue 18)")
 def test_the_django_admin_refuses_a_huge_search_and_a_selection_of_no_key(
     admin: Client, world: World
 ) -> None:

@@ -271,7 +271,13 @@ def _free_slots(q: Any) -> int:
     except Exception:
         return 1
     live = [w for w in page.items if now - w.last_beat_ms < WORKERS_LIVE_MS]
-    return max(1, sum(int(w.info.get("slots", 1) or 1) for w in live))
+    return max(1, sum(_slots(w.info) for w in live))
+
+
+def _slots(info: Any) -> int:
+    """A heartbeat's announced slots; 1 for anything odd (a heartbeat is not trusted)."""
+    slots = info.get("slots") if isinstance(info, dict) else None
+    return slots if isinstance(slots, int) and 1 <= slots <= 1024 else 1
 
 
 # -- chunk -------------------------------------------------------------------------------
