@@ -17,7 +17,8 @@ from django.conf import settings
 from django.db import models
 
 STATE_CHOICES = [
-    (s, s) for s in ("open", "held", "active", "cancelling", "done", "failed", "cancelled")
+    (s, s) for s in ("open", "scheduled", "held", "active", "cancelling", "done", "failed",
+                     "cancelled")
 ]
 
 

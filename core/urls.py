@@ -10,6 +10,7 @@ from core.views import (
     overview,
     pending,
     requests,
+    scheduled,
     service,
     workers,
 )
@@ -19,6 +20,7 @@ app_name = "core"
 urlpatterns = [
     path("", overview.overview, name="overview"),
     path("requests/", requests.request_list, name="requests"),
+    path("scheduled/", scheduled.scheduled_list, name="scheduled"),
     path("requests/<str:queue_name>/<str:request_id>/", requests.request_detail, name="request"),
     path("pending/", pending.pending_list, name="pending"),
     path("dead/", dead.groups, name="dead"),

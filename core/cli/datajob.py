@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING, TextIO
 from django.core.management.base import CommandError
 
 from core.cli import command_errors
+from core.cli.due import Due, describe
 from core.conf import get_queue
 from core.pipeline import jobs, submission
 from core.pipeline.spec import MANIFEST, JobSpec, SpecError
-from core.queue import Queue
+from core.queue import Queue, introspect
 from core.queue.errors import UnknownHandlerWarning
 from core.queue.keys import validate_id
 
@@ -84,7 +85,7 @@ def queue_options(*, priority: int | str | None = None, concurrency: int | str |
 def submit(
     spec: JobSpec, *, queue: str | None = None, options: jobs.QueueOptions | None = None,
     wait: bool = False, timeout: float | None = None, stdout: TextIO | None = None,
-    stderr: TextIO | None = None, actor: Actor | None = None,
+    stderr: TextIO | None = None, actor: Actor | None = None, due: Due | None = None,
 ) -> jobs.JobStatus | None:
     """Queue a checked job and print its id; with `wait`, follow it and raise CommandError
     unless it ends done (saying which chunk failed and why). One audit entry, as the
@@ -101,7 +102,8 @@ def submit(
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", UnknownHandlerWarning)
             try:
-                created = jobs.submit(q, spec, options)
+                created = jobs.submit(q, spec, options, run_at=due.run_at if due else None,
+                                      delay=due.delay if due else None)
             except SpecError as exc:  # the id is another request's: nothing was written
                 raise CommandError(f"data job refused: {exc}") from exc
             except QueueError as exc:  # Redis away or refusing: the entry says so
@@ -117,6 +119,11 @@ def submit(
         stdout.write(f"{spec.job_id}\n" if created else
                      f"{spec.job_id} (submitted before: nothing changed)\n")
         stdout.flush()
+        if created and due:
+            info = introspect.request(q, spec.job_id)
+            line = info and describe(info.state, info.due_ms or 0, due)
+            if line:
+                stderr.write(line.replace("the request", "the job") + "\n")
         if not wait:
             return None
         return follow(q, spec.job_id, timeout=timeout, stdout=stdout)

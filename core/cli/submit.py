@@ -23,6 +23,7 @@ from rich.progress import (
 )
 
 from core.cli import command_errors
+from core.cli.due import Due, describe
 from core.conf import get_queue
 from core.queue import PayloadTooLarge, Queue, handlers, introspect
 from core.queue.errors import InvalidPayload, UnknownHandlerWarning
@@ -147,6 +148,7 @@ def submit(
     request_id: str | None = None,
     wait: bool = False,
     timeout: float | None = None,
+    due: Due | None = None,
     stdin: TextIO | None = None,
     stdout: TextIO | None = None,
     stderr: TextIO | None = None,
@@ -155,7 +157,8 @@ def submit(
     raise CommandError unless it ends done. Options left None take the engine's defaults.
 
     `handler` must name a handler that a worker of the queue has announced, unless
-    `any_handler` (for a producer that starts before its workers)."""
+    `any_handler` (for a producer that starts before its workers). With `due` the request
+    is delayed (scheduled) until then."""
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
     if timeout is not None and not wait:
@@ -183,7 +186,9 @@ def submit(
                 # Checked above, or deliberately overridden: the engine's warning adds nothing.
                 warnings.simplefilter("ignore", UnknownHandlerWarning)
                 sub = q.submit(
-                    [t for _, t in sourced], handler=handler, request_id=request_id, **options
+                    [t for _, t in sourced], handler=handler, request_id=request_id,
+                    run_at=due.run_at if due else None, delay=due.delay if due else None,
+                    **options,
                 )
         except PayloadTooLarge as exc:
             raise CommandError(_too_large(exc, sourced, q.max_payload_bytes)) from exc
@@ -191,6 +196,8 @@ def submit(
             raise CommandError(_named(exc, sourced)) from exc
     stdout.write(f"{sub.request_id}\n")
     stdout.flush()
+    if sub.created and due and (line := describe(sub.state, sub.due_ms, due)):
+        stderr.write(line + "\n")
     if not sub.created:
         stderr.write(
             f"request {sub.request_id} already exists in queue {q.name} (state {sub.state}, "

@@ -35,7 +35,7 @@ from .errors import BadInput, Refused, StaleState
 from .perms import permission_for
 
 __all__ = ["Actor", "PendingRef", "Result", "cancel", "claim", "delete_dead", "pause",
-           "reclaim_worker", "release", "requeue_dead", "requeue_request", "resume"]
+           "reclaim_worker", "release", "requeue_dead", "requeue_request", "resume", "run_now"]
 
 CHUNK = 1000  # targets per call into Redis, and the most a direct action takes
 # How long a direct cancel (console, `manage.py cancel`) waits for a data job's running tasks
@@ -44,7 +44,8 @@ CHUNK = 1000  # targets per call into Redis, and the most a direct action takes
 # a web request is not held meanwhile.
 JOB_WAIT_S = 0.0
 PAST = {"requeue": "requeued", "delete": "deleted", "cancel": "cancelled", "claim": "claimed",
-        "release": "released", "reclaim": "released", "pause": "paused", "resume": "resumed"}
+        "release": "released", "reclaim": "released", "pause": "paused", "resume": "resumed",
+        "run-now": "made due now"}
 
 
 @dataclass(frozen=True)
@@ -198,6 +199,26 @@ def cancel(actor: Any, queue: str, request_ids: list[str], *,
     return run(actor, "cancel", queue, describe_ids([str(i) for i in ids_in]), len(ids_in),
                lambda: _ids(ids_in, "request id", _request_id),
                lambda q, rids, tally: cancel_each(q, rids, tally, job_wait_s=job_wait_s))
+
+
+def run_now(actor: Any, queue: str, request_ids: list[str]) -> Result:
+    """Delayed (scheduled) requests are due now: their tasks become eligible at once, under
+    the usual priorities. One no longer scheduled (due already, cancelled, gone) is skipped."""
+    ids_in = list(request_ids) if not isinstance(request_ids, str) else [request_ids]
+
+    def act(q: Queue, rids: list[str], tally: Tally) -> None:
+        for rid in rids:
+            try:
+                _, changed = q.run_now(rid)
+            except UnknownRequest:
+                changed = False
+            if changed:
+                tally.acted += 1
+            else:
+                tally.skipped += 1
+
+    return run(actor, "run-now", queue, describe_ids([str(i) for i in ids_in]), len(ids_in),
+               lambda: _ids(ids_in, "request id", _request_id), act)
 
 
 def cancel_each(q: Queue, rids: list[str], tally: Tally, *, job_wait_s: float = 0.0) -> None:

@@ -29,7 +29,7 @@ from .perms import permission_for
 ACTIONS = ("requeue", "delete", "cancel")
 DEAD_FILTERS = ("handler", "tenant", "request", "fingerprint", "since", "until")
 REQUEST_FILTERS = ("state", "tenant", "priority", "handler", "since", "until", "id")
-UNFINISHED = ("open", "held", "active", "cancelling")
+UNFINISHED = ("open", "scheduled", "held", "active", "cancelling")
 SAMPLE = 10
 MAX_RATE = 100_000
 MAX_TARGETS = 1_000_000
@@ -77,7 +77,7 @@ def _dead_rows(queue: str, f: dict[str, str]) -> QuerySet[DeadLetter]:
 
 def _request_rows(queue: str, f: dict[str, str]) -> QuerySet[Request]:
     rows = Request.objects.filter(queue=queue, state__in=[f["state"]] if "state" in f
-                                  else ["open", "held", "active"],
+                                  else ["open", "scheduled", "held", "active"],
                                   expired_at__isnull=True)
     for key in ("tenant", "handler"):
         if key in f:

@@ -4,7 +4,7 @@
 |----------------------|------------------------------------|-----------------|
 | view_console         | read every page                    | viewer operator admin |
 | requeue_deadletter   | requeue                            | operator admin  |
-| cancel_request       | cancel                             | operator admin  |
+| cancel_request       | cancel; run now (a delayed request) | operator admin |
 | claim_task           | claim, release, reclaim            | operator admin  |
 | delete_deadletter    | delete                             | admin           |
 | pause_queue          | pause, resume                      | admin           |
@@ -34,6 +34,7 @@ PERMISSIONS = {
 NEEDS = {
     "requeue": "requeue", "delete": "delete", "cancel": "cancel", "claim": "claim",
     "release": "claim", "reclaim": "claim", "pause": "pause", "resume": "pause",
+    "run-now": "cancel",
 }
 # The roles' groups, as migration 0004 grants them (codenames of app core).
 GROUPS = {

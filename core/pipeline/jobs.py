@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -120,11 +121,13 @@ def check_size(spec: JobSpec) -> None:
                         f"at most {MAX_SPEC_BYTES // 1024} KiB (a task carries them all)")
 
 
-def submit(q: Queue, spec: JobSpec, options: QueueOptions | None = None) -> bool:
+def submit(q: Queue, spec: JobSpec, options: QueueOptions | None = None, *,
+           run_at: datetime | None = None, delay: float | None = None) -> bool:
     """Queue the job (spec checked by make_spec); returns False if a job with this id existed
     (nothing is changed then, so a retried submit is harmless). JobIdTaken or SpecError, with
     nothing written, if the id (or its combine id) is another request's, or the job's
-    description does not fit in its tasks."""
+    description does not fit in its tasks. With `run_at` or `delay` (Queue.submit's) the
+    chunk request is scheduled: its split waits for that time, and the rest behind it."""
     o = options or QueueOptions()
     check_size(spec)
     check_tasks(q, spec)
@@ -139,7 +142,8 @@ def submit(q: Queue, spec: JobSpec, options: QueueOptions | None = None) -> bool
     # Open and empty, the chunk request is not eligible; the follow-up is held behind it; only
     # then is the split task added, so nothing runs before both exist. The options are
     # checked by the first call, before anything is written.
-    q.open(handler=HANDLER, request_id=spec.job_id, concurrency=o.concurrency, **opts)
+    q.open(handler=HANDLER, request_id=spec.job_id, concurrency=o.concurrency, run_at=run_at,
+           delay=delay, **opts)
     created = bool(q.redis.hsetnx(key, "spec", spec.to_json()))
     if created:
         now_ms = int(time.time() * 1000)
@@ -149,7 +153,8 @@ def submit(q: Queue, spec: JobSpec, options: QueueOptions | None = None) -> bool
     q.submit_after(spec.job_id, [payload("combine", spec)], handler=HANDLER,
                    request_id=combine_id(spec.job_id), **opts)
     info = introspect.request(q, spec.job_id)
-    if info is not None and info.total == 0 and info.state == "open":
+    # Scheduled (delayed) and not sealed, it takes the split too, which waits for its time.
+    if info is not None and info.total == 0 and info.state in ("open", "scheduled"):
         q.add(spec.job_id, [payload("split", spec)])
     return created
 
@@ -242,6 +247,8 @@ def status(q: Queue, job_id: str) -> JobStatus:
     elif (req is not None and req.state == "open" and req.dead > 0
           and req.waiting + req.leased + req.delayed == 0):
         st.state = "failed"  # the split ran out of attempts: nothing else will run
+    elif req is not None and req.state == "scheduled":
+        st.state = "scheduled"  # delayed: its split waits for its due time
     return st
 
 

@@ -23,6 +23,8 @@ from .models import (
 )
 
 MAX_PAGE = 1000  # rows per page
+SCHED_MARK = "~scheduled"  # the scheduled requests' head in `delayed` (see _common.lua)
+HOUR_MS = 3_600_000
 
 
 def _r(q: Queue) -> Any:
@@ -43,6 +45,8 @@ class QueueStats:
     workers: int
     totals: dict[str, int] = field(default_factory=dict)
     paused: bool = False  # Operator.pause(): workers lease nothing from it
+    scheduled: int = 0  # delayed requests waiting for their due time
+    due_next_hour: int = 0  # of them, those due within the hour (or overdue, not yet promoted)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -56,6 +60,8 @@ class QueueStats:
             "workers": self.workers,
             "totals": self.totals,
             "paused": self.paused,
+            "scheduled": self.scheduled,
+            "due_next_hour": self.due_next_hour,
         }
 
 
@@ -76,7 +82,11 @@ def stats(q: Queue, *, worker_timeout_ms: int = 15_000) -> QueueStats:
             pipe.zcard(k.state_index(s))
         pipe.zcount(k.workers, now - worker_timeout_ms, "+inf")
         pipe.exists(k.paused)
+        pipe.zscore(k.delayed, SCHED_MARK).zcard(k.scheduled)
+        pipe.zcount(k.scheduled, "-inf", now + HOUR_MS)
         r = pipe.execute()
+    mark, scheduled, due_soon = r[-3:]
+    r = r[:-3]
     raw: dict[str, str] = r[0]
     by_prio = {int(f[2:]): int(v) for f, v in raw.items() if f.startswith("w:") and int(v)}
     totals = {f: int(v) for f, v in raw.items() if not f.startswith("w:")}
@@ -85,12 +95,14 @@ def stats(q: Queue, *, worker_timeout_ms: int = 15_000) -> QueueStats:
         waiting=sum(by_prio.values()),
         waiting_by_priority=dict(sorted(by_prio.items(), reverse=True)),
         leased=r[1],
-        delayed=r[2],
+        delayed=r[2] - (mark is not None),  # retries: the mark is not one
         dead=r[3],
         requests_by_state=dict(zip(STATES, r[4 : 4 + len(STATES)], strict=True)),
         workers=r[-2],
         totals=totals,
         paused=bool(r[-1]),
+        scheduled=scheduled,
+        due_next_hour=due_soon,
     )
 
 
@@ -253,13 +265,58 @@ def _worker(name: str, score: int, text: str | None) -> WorkerInfo:
 
 
 def drained(q: Queue) -> bool:
-    """True when nothing in the queue is waiting, delayed or leased (a lease an operator
-    revoked included: its task moves on once its old run is over)."""
+    """True when nothing in the queue is waiting, delayed (a retry or a scheduled request)
+    or leased (a lease an operator revoked included: its task moves on once its old run is
+    over)."""
     with translated("drained"):
-        stats, leased, delayed, revoked = (
+        stats, leased, delayed, revoked, mark, scheduled = (
             _r(q).pipeline(transaction=False)
             .hgetall(q.keys.stats).zcard(q.keys.leases).zcard(q.keys.delayed)
-            .zcard(q.keys.revoked).execute()
+            .zcard(q.keys.revoked).zscore(q.keys.delayed, SCHED_MARK).zcard(q.keys.scheduled)
+            .execute()
         )
     waiting = sum(int(v) for k, v in stats.items() if k.startswith("w:"))
-    return waiting == 0 and leased == 0 and delayed == 0 and revoked == 0
+    delayed -= mark is not None
+    return waiting == 0 and leased == 0 and delayed == 0 and revoked == 0 and scheduled == 0
+
+
+def scheduled(
+    q: Queue, *, after: PageCursor | None = None, limit: int = 50
+) -> Page[RequestInfo]:
+    """A page of delayed requests, soonest due first (then by id); pass the returned cursor
+    as `after` for the next page. Each row's `due_ms` is its due time."""
+    int_in(limit, "limit", 1, MAX_PAGE)
+    key = q.keys.scheduled
+    with translated("scheduled"):
+        r = _r(q)
+        rows: list[tuple[str, float]] = []
+        if after is None:
+            rows = r.zrange(key, 0, limit, withscores=True)
+        else:
+            # From the cursor's rank when its row is still there; else from its score on.
+            rank = r.zrank(key, after.member)
+            if rank is not None:
+                got = r.zrange(key, rank, rank + limit + 1, withscores=True)
+                if got and got[0][0] == after.member and int(got[0][1]) == after.score:
+                    rows = got[1:]
+                else:
+                    rank = None
+            if rank is None:
+                got = r.zrange(key, after.score, "+inf", byscore=True, offset=0,
+                               num=limit + 1 + 1000, withscores=True)
+                rows = [(m, s) for m, s in got if s > after.score or m > after.member]
+        page = [(m, int(s)) for m, s in rows[:limit]]
+        cursor = PageCursor(page[-1][1], page[-1][0]) if len(rows) > limit else None
+        pipe = r.pipeline(transaction=False)
+        for rid, _ in page:
+            pipe.hgetall(q.keys.request(rid))
+        hashes = pipe.execute()
+    out = [RequestInfo.from_hash(rid, h) for (rid, _), h in zip(page, hashes, strict=True) if h]
+    return Page(out, cursor)
+
+
+def due_within(q: Queue, ms: int) -> int:
+    """How many delayed requests are due within `ms` from now (overdue ones included)."""
+    now = q.now_ms()
+    with translated("due_within"):
+        return int(_r(q).zcount(q.keys.scheduled, "-inf", now + ms))

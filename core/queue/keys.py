@@ -117,6 +117,11 @@ class QueueKeys:
         return self.base + "paused"
 
     @property
+    def scheduled(self) -> str:
+        """Zset: delayed requests (state "scheduled") -> due time (ms); see _common.lua."""
+        return self.base + "scheduled"
+
+    @property
     def idle(self) -> str:
         return self.base + "idle"
 

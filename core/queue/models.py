@@ -10,7 +10,8 @@ from .keys import validate_id
 
 TERMINAL_STATES = frozenset({"done", "failed", "cancelled"})
 # "held": a follow-up (Producer.submit_after) waiting for its parent request to complete.
-STATES = ("open", "held", "active", "cancelling", "done", "failed", "cancelled")
+# "scheduled": a delayed request (submit(run_at=... | delay=...)) waiting for its due time.
+STATES = ("open", "scheduled", "held", "active", "cancelling", "done", "failed", "cancelled")
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +39,7 @@ class Submitted:
     created: bool
     state: str
     total: int
+    due_ms: int = 0  # a scheduled request's due time (ms since the epoch); 0 when not
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +90,7 @@ class RequestInfo:
     discarded: int = 0  # dead letters an operator deleted
     after: str | None = None  # a follow-up's parent request (Producer.submit_after)
     then: tuple[str, ...] = ()  # the follow-ups held behind this request
+    due_ms: int | None = None  # a delayed request's due time (kept once it is due)
 
     @classmethod
     def from_hash(cls, rid: str, h: dict[str, str]) -> RequestInfo:
@@ -116,6 +119,7 @@ class RequestInfo:
             discarded=i("discarded"),
             after=h.get("after") or None,
             then=tuple(h.get("then", "").split()),
+            due_ms=int(h["due_ms"]) if h.get("due_ms") else None,
         )
 
     @property

@@ -28,6 +28,15 @@ class Operator(QueueBase):
         check_code(reply, f"cancel request {rid!r}")
         return Cancelled(reply[0], int(reply[1]), int(reply[2]), int(reply[3]) == 1)
 
+    def run_now(self, request_id: str) -> tuple[str, bool]:
+        """Make a scheduled (delayed) request due now; returns (its state, whether this call
+        changed it). A request that is not scheduled (due already, cancelled, finished) is
+        left as it is."""
+        rid = validate_id(request_id, "request id")
+        reply = self._run("run_now", [rid, self._now()], [self.keys.request(rid)])
+        check_code(reply, f"run request {rid!r} now")
+        return str(reply[0]), int(reply[1]) == 1
+
     def requeue(self, dead_ids: Sequence[str]) -> tuple[int, int]:
         """Put dead letters back to waiting by dead-stream id; returns (requeued, skipped):
         a letter no longer dead (requeued or deleted meanwhile) is skipped, not requeued

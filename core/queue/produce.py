@@ -11,12 +11,14 @@ import time
 import warnings
 import weakref
 from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
 
 from . import handlers, registry
 from .base import QueueBase, int_in
+from .due import due_spec
 from .errors import (
     InvalidInput,
     InvalidPayload,
@@ -176,9 +178,17 @@ class Producer(QueueBase):
         backoff_ms: int = 1_000,
         backoff_max_ms: int = 300_000,
         seal: bool = True,
+        run_at: datetime | None = None,
+        delay: float | timedelta | None = None,
     ) -> Submitted:
         """Create a request whose tasks the workers run with the handler named `handler`;
         with seal=False more may be added, then seal().
+
+        With `run_at` (a timezone-aware datetime) or `delay` (seconds, or a timedelta, from
+        now on the engine's clock) the request is "scheduled": its tasks become eligible at
+        that time, under the usual priorities and fair share; until then it can be added to
+        (if not sealed), sealed, cancelled or made due at once (run_now()). A time not after
+        now runs now (state "active" or "open"; `due_ms` 0).
 
         Idempotent on `request_id`: submitting an id that exists changes nothing and returns
         the existing request (created=False). Warns (UnknownHandlerWarning) once per queue and
@@ -189,6 +199,7 @@ class Producer(QueueBase):
                         retention_ms, backoff_ms, backoff_max_ms)
         if not isinstance(seal, bool):
             raise InvalidInput(f"seal must be True or False, got {seal!r}")
+        due = due_spec(run_at, delay)
         payloads = self._encode(tasks)
         if seal and not payloads:
             raise InvalidInput("a request needs at least one task (or submit with seal=False)")
@@ -197,10 +208,11 @@ class Producer(QueueBase):
             mode = 2 if seal else 3  # too large for one call: the rest follows by add
         reply = self._run(
             "submit",
-            [rid, self._now(), *meta, mode, *payloads[:SUBMIT_BATCH]],
+            [rid, self._now(), *meta, mode, due, *payloads[:SUBMIT_BATCH]],
             [self.keys.request(rid), self.keys.tasks(rid)],
         )
         created, state, total, resume = bool(reply[0]), str(reply[1]), int(reply[2]), int(reply[3])
+        due_ms = int(reply[4])
         if (created and mode >= 2) or resume:
             # Append the rest, then seal if asked. A retry of a large submit that stopped
             # part-way resumes from the request's total, so it completes the request instead
@@ -210,7 +222,7 @@ class Producer(QueueBase):
                 state = self.seal(rid)
         self._check_handler(handler)
         registry.seen(self)  # once per process and queue: the console lists every queue
-        return Submitted(rid, created, state, total)
+        return Submitted(rid, created, state, total, due_ms)
 
     def submit_after(
         self,
@@ -300,7 +312,8 @@ class Producer(QueueBase):
         )
 
     def open(self, *, handler: str, request_id: str | None = None, **options: Any) -> Submitted:
-        """Create a request that takes tasks by add() until seal(); options as submit()'s."""
+        """Create a request that takes tasks by add() until seal(); options as submit()'s
+        (with run_at or delay, its tasks wait for that time, however early it is sealed)."""
         return self.submit([], handler=handler, request_id=request_id, seal=False, **options)
 
     def add(self, request_id: str, tasks: Iterable[Any]) -> int:

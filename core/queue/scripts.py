@@ -51,6 +51,7 @@ SCRIPT_NAMES = (
     "resume",
     "delete_dead",
     "reclaim",
+    "run_now",
 )
 
 

@@ -47,6 +47,7 @@ SKIPPED = {
     "claim": "{n} no longer held by the consumer shown (finished, renewed or moved meanwhile)",
     "release": "{n} no longer held by the consumer shown (finished, renewed or moved meanwhile)",
     "reclaim": "{n} no longer held by the worker",
+    "run-now": "{n} no longer scheduled (due already, cancelled or gone)",
 }
 
 
@@ -127,6 +128,10 @@ def _reclaim(actor: Any, q: Queue, request: HttpRequest) -> Any:
     return actions.reclaim_worker(actor, q.name, forms.worker(request.POST))
 
 
+def _run_now(actor: Any, q: Queue, request: HttpRequest) -> Any:
+    return actions.run_now(actor, q.name, forms.request_ids(request.POST))
+
+
 def _pause(actor: Any, q: Queue, request: HttpRequest) -> Any:
     return actions.pause(actor, q.name)
 
@@ -167,6 +172,7 @@ SPECS: dict[str, Spec] = {
     "claim": Spec(_claim, "claim", back="core:pending"),
     "release-worker": Spec(_release_worker, "claim", back="core:workers"),
     "reclaim": Spec(_reclaim, "claim", back="core:workers"),
+    "run-now": Spec(_run_now, "cancel", back="core:scheduled"),
     "pause": Spec(_pause, "pause"),
     "resume": Spec(_resume, "pause"),
 }

@@ -10,6 +10,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from core.cli import actor_option, add_actor_option, raw_stream
 from core.cli.datajob import build_spec, cancel, clean, queue_options, show, submit
+from core.cli.due import add_due_options, due_from
 from core.pipeline.jobs import CANCEL_WAIT_S
 
 
@@ -62,6 +63,7 @@ class Command(BaseCommand):
         s.add_argument("--timeout", type=float, metavar="S", help="give up waiting after S s")
         s.add_argument("--overwrite", action="store_true",
                        help="replace an output that is complete already")
+        add_due_options(s)
         add_actor_option(s)
         sh = sub.add_parser("show", help="print a job's manifest (by id, or an output dir)")
         sh.add_argument("job", metavar="ID|OUTPUT_DIR")
@@ -99,6 +101,7 @@ class Command(BaseCommand):
             return
         if o["timeout"] is not None and not o["wait"]:
             raise CommandError("--timeout applies only with --wait")
+        due = due_from(o["due_in"], o["due_at"])
         options = queue_options(priority=o["priority"], concurrency=o["concurrency"],
                                 tenant=o["tenant"], max_attempts=o["max_attempts"])
         try:
@@ -112,4 +115,4 @@ class Command(BaseCommand):
         except KeyboardInterrupt:
             raise CommandError("interrupted while checking the job: nothing was queued") from None
         submit(spec, queue=o["queue"], options=options, wait=o["wait"], timeout=o["timeout"],
-               stdout=out, stderr=err, actor=actor_option(o["as_user"]))
+               stdout=out, stderr=err, actor=actor_option(o["as_user"]), due=due)

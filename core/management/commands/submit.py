@@ -8,6 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand
 
 from core.cli import raw_stream
+from core.cli.due import add_due_options, due_from
 from core.cli.submit import submit
 
 
@@ -40,6 +41,7 @@ class Command(BaseCommand):
             "--wait", action="store_true", help="show progress; fail unless the request ends done"
         )
         parser.add_argument("--timeout", type=float, metavar="S", help="give up waiting after S s")
+        add_due_options(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
         submit(
@@ -55,6 +57,7 @@ class Command(BaseCommand):
             request_id=options["request_id"],
             wait=options["wait"],
             timeout=options["timeout"],
+            due=due_from(options["due_in"], options["due_at"]),
             stdout=raw_stream(self.stdout),
             stderr=raw_stream(self.stderr),
         )

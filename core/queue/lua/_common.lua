@@ -7,7 +7,10 @@
 -- Every script receives the same eight queue-level keys first, in this order:
 --   KEYS[1] <p>:{Q}:ready    zset  tenant slots "<prio>:<tenant>" -> band(prio) + place in band
 --   KEYS[2] <p>:{Q}:leases   zset  "<rid>/<task>/<delivery>" -> lease expiry (ms)
---   KEYS[3] <p>:{Q}:delayed  zset  "<rid>/<task>" -> due time (ms)
+--   KEYS[3] <p>:{Q}:delayed  zset  "<rid>/<task>" -> due time (ms); and the member "~scheduled"
+--                                  -> the earliest due time in `scheduled` (or earlier: a
+--                                  cancel leaves it behind), so the hot path's one look at its
+--                                  head sees both kinds of due work (promote_due())
 --   KEYS[4] <p>:{Q}:dead     stream dead letters
 --   KEYS[5] <p>:{Q}:events   stream lifecycle events (capped)
 --   KEYS[6] <p>:{Q}:wake     list  wake-up tokens for idle workers
@@ -27,6 +30,9 @@
 --   <p>:{Q}:delayed:<prio>       zset   the delayed tasks of one priority "<rid>/<task>" -> due
 --                                       (KEYS[3] holds them all; these order promotion)
 --   <p>:{Q}:dprio                zset   priorities that have delayed tasks -> 99 - prio
+--   <p>:{Q}:scheduled            zset   delayed requests (state "scheduled") -> due time (ms)
+--   <p>:{Q}:scheduled:<prio>     zset   the same for one priority (these order promotion)
+--   <p>:{Q}:sprio                zset   priorities that have scheduled requests -> 99 - prio
 --   <p>:{Q}:paused               string when the queue was paused (pause.lua); while it is
 --                                       there nothing is leased (take_ready()), handed
 --                                       (dispatch_idle()) or woken for (wake())
@@ -34,6 +40,11 @@
 --                                       while the holder may still run the task) -> their
 --                                       old expiry; see revoke()
 --   <p>:{Q}:claimto              hash   revoked lease -> the consumer it was claimed for
+--
+-- Delayed requests (submit.lua with a due time): state "scheduled", hash fields "due_ms" and
+-- "due_state" (the state it takes when due: "open" until sealed, then "active"). Its tasks
+-- wait in its stream, neither eligible nor in the stats' w:<prio>, until promote_due() (or
+-- run_now.lua) makes it due.
 --
 -- Follow-ups ("then", submit_after.lua): a request created with a parent is "held" (its
 -- tasks wait, not eligible) until the parent completes. The parent's hash field "then" lists
@@ -53,7 +64,7 @@ local EVENTS_MAXLEN = '1000000'
 
 -- The state of one call, set by begin().
 local K_READY, K_LEASES, K_DELAYED, K_DEAD, K_EVENTS, K_WAKE, K_SEQ, K_STATS
-local PREFIX, K_IDLE, K_DPRIO, K_PAUSED, K_REVOKED, K_CLAIMTO
+local PREFIX, K_IDLE, K_DPRIO, K_PAUSED, K_REVOKED, K_CLAIMTO, K_SCHED, K_SPRIO
 local PAUSED  -- is_paused(): nil until asked in this call
 local NOW, NOW_TEXT  -- set by now_ms(), which every operation calls next
 local DISPATCH  -- see sync_ready()
@@ -78,6 +89,8 @@ local function begin(keys)
     K_PAUSED = PREFIX .. 'paused'
     K_REVOKED = PREFIX .. 'revoked'
     K_CLAIMTO = PREFIX .. 'claimto'
+    K_SCHED = PREFIX .. 'scheduled'
+    K_SPRIO = PREFIX .. 'sprio'
   end
   K_LEASES, K_DELAYED, K_DEAD = keys[2], keys[3], keys[4]
   K_EVENTS, K_WAKE, K_SEQ, K_STATS = keys[5], keys[6], keys[7], keys[8]
@@ -129,6 +142,9 @@ local HANDOFF_MAX = 16  -- idle workers served by one call; the rest wake up and
 local function delayed_key(prio) return K_DELAYED .. ':' .. prio end
 local KEEP_WITH_DEAD_MS = 7 * 86400000  -- a finished request with dead letters, at least
 local PROMOTE_MAX = 100  -- due retries promoted per priority level by one call
+local SCHED_MARK = '~scheduled'  -- its member in `delayed` (see the header)
+local SCHED_MAX = 200  -- due delayed requests promoted per priority level by one call
+local function sched_key(prio) return K_SCHED .. ':' .. prio end
 
 -- The request fields every operation reads (load_req()): those leasing needs (LEASE), then
 -- those a completion or a counter change needs (LATE). Leasing, the hot path's half that
@@ -729,16 +745,88 @@ local function undelay_task(h, rid, tid)
   end
 end
 
+-- A delayed request waits for its due time (submit.lua): in the queue-wide index (listing,
+-- counts, next due time), in its priority's (promotion order), and its due time in `delayed`
+-- unless an earlier one is there already.
+local function schedule_req(h, due)
+  local p = text(h.priority)
+  redis.call('ZADD', K_SCHED, due, h.id)
+  redis.call('ZADD', sched_key(p), due, h.id)
+  redis.call('ZADD', K_SPRIO, 99 - h.priority, p)
+  -- The new head: idle workers block until the old head's time at most (dequeue's
+  -- next_due_ms), so one is woken to learn the new one.
+  if redis.call('ZADD', K_DELAYED, 'LT', 'CH', due, SCHED_MARK) == 1 then wake() end
+end
+
+-- Out of the scheduled indexes (cancel, run now). The mark in `delayed` may now be early: the
+-- next promote_due() that finds nothing due moves it.
+local function unschedule_req(h)
+  local p = text(h.priority)
+  redis.call('ZREM', K_SCHED, h.id)
+  local sk = sched_key(p)
+  if redis.call('ZREM', sk, h.id) == 1 and redis.call('EXISTS', sk) == 0 then
+    redis.call('ZREM', K_SPRIO, p)
+  end
+end
+
+-- A scheduled request is due: it takes the state it was submitted for (open or active), and
+-- its tasks are eligible from now under the usual priorities and rotation.
+local function make_due(h, now, by)
+  local to = redis.call('HGET', req_key(h.id), 'due_state') or 'active'
+  set_state(h, to, now)
+  bump_waiting_stat(h, h.waiting)
+  event('due', h.id, 'by', by)
+  sync_ready(h)
+  maybe_complete(h, now)
+end
+
+-- Due delayed requests, highest priority first, oldest due first within one, at most
+-- SCHED_MAX per priority; then the mark in `delayed` follows the new head. Returns the
+-- priority floor, as promote_due() does for retries.
+local function promote_scheduled()
+  local floor = -1
+  for _, p in ipairs(redis.call('ZRANGE', K_SPRIO, 0, -1)) do
+    local sk = sched_key(p)
+    local due = redis.call('ZRANGE', sk, '-inf', NOW, 'BYSCORE', 'LIMIT', 0, SCHED_MAX)
+    if #due > 0 then
+      redis.call('ZREM', K_SCHED, unpack(due))
+      redis.call('ZREM', sk, unpack(due))
+      for _, rid in ipairs(due) do
+        local h = load_req(rid)
+        if h and h.state == 'scheduled' then make_due(h, NOW, 'time') end
+      end
+      if redis.call('EXISTS', sk) == 0 then redis.call('ZREM', K_SPRIO, p) end
+    end
+    if #due == SCHED_MAX then
+      floor = tonumber(p)
+      break
+    end
+  end
+  local head = redis.call('ZRANGE', K_SCHED, 0, 0, 'WITHSCORES')
+  if #head == 0 then
+    redis.call('ZREM', K_DELAYED, SCHED_MARK)
+  else
+    redis.call('ZADD', K_DELAYED, head[2], SCHED_MARK)
+  end
+  return floor
+end
+
 -- Retries whose backoff is over go back to waiting, highest priority first, at most
--- PROMOTE_MAX per priority. Returns the priority floor for this call: when a level had more
+-- PROMOTE_MAX per priority; due delayed requests become eligible (promote_scheduled()).
+-- Returns the priority floor for this call: when a level had more
 -- due than that, nothing below it may be leased until they are promoted (-1: no floor), so a
--- due retry is never passed over by a lower priority however many there are. Runs once per
--- call (dispatch_idle() or the first take_ready(), whichever comes first).
+-- due retry or request is never passed over by a lower priority however many there are.
+-- Runs once per call (dispatch_idle() or the first take_ready(), whichever comes first).
+-- Nothing due (the head of `delayed` is later, or absent): one command, as before delayed
+-- requests existed.
 promote_due = function()
   if PROMOTED then return FLOOR end
   PROMOTED = true
   local first = redis.call('ZRANGE', K_DELAYED, '0', '0', 'WITHSCORES')
   if #first == 0 or tonumber(first[2]) > NOW then return FLOOR end
+  local sfloor = -1
+  local mark = redis.call('ZSCORE', K_DELAYED, SCHED_MARK)
+  if mark and tonumber(mark) <= NOW then sfloor = promote_scheduled() end
   for _, p in ipairs(redis.call('ZRANGE', K_DPRIO, 0, -1)) do
     local dk = delayed_key(p)
     local due = redis.call('ZRANGEBYSCORE', dk, '-inf', NOW, 'LIMIT', 0, PROMOTE_MAX)
@@ -759,6 +847,7 @@ promote_due = function()
       break
     end
   end
+  FLOOR = math.max(FLOOR, sfloor)
   return FLOOR
 end
 

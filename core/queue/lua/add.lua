@@ -11,6 +11,8 @@ ARGV[3] expected total before this batch ("" = any): makes a resumed batch appen
 ARGV[4..] task payloads (JSON text)
 
 Returns the request's new total.
+A scheduled request that is not sealed yet takes tasks too: they wait for its due time.
+
 Errors (as integers): -2 no such request, -3 request is sealed (or cancelled/finished),
                       -6 the request's total is not the expected one
 --]]
@@ -19,7 +21,12 @@ Errors (as integers): -2 no such request, -3 request is sealed (or cancelled/fin
 local rid, now = ARGV[1], now_ms(ARGV[2])
 local h = load_req(rid)
 if not h then return -2 end
-if h.state ~= 'open' then return -3 end
+local scheduled = h.state == 'scheduled'
+if scheduled then
+  if redis.call('HGET', KEYS[9], 'due_state') ~= 'open' then return -3 end
+elseif h.state ~= 'open' then
+  return -3
+end
 if ARGV[3] ~= '' and tonumber(ARGV[3]) ~= h.total then return -6 end
 local sk = KEYS[10]
 for i = 4, #ARGV do
@@ -29,7 +36,7 @@ local n = #ARGV - 3
 add(h, 'total', n)
 add(h, 'waiting', n)
 set_field(h, 'updated_ms', now)
-bump_waiting_stat(h, n)
+if not scheduled then bump_waiting_stat(h, n) end  -- counted there once due
 stat('submitted', n)
 sync_ready(h)
 dispatch_idle()

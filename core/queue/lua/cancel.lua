@@ -3,16 +3,19 @@ counted as cancelled; leased ones keep running until their workers see the cance
 (extend answers 2) and release, ack or fail them (a lease an operator revoked: until its run
 is over, see revoke() in _common.lua). The request completes as "cancelled" when
 none is leased any more: at once if none is. Cancelling a finished request changes nothing.
-A held follow-up (submit_after.lua) is cancelled as an active request is: it had run nothing.
+A held follow-up (submit_after.lua) is cancelled as an active request is: it had run nothing;
+so is a scheduled (delayed) request, which leaves the scheduled indexes: nothing of it runs.
 
 KEYS[1..8] queue-level keys (see _common.lua)
 KEYS[9]    <p>:{Q}:req:<rid>         request hash
 KEYS[10]   <p>:{Q}:req:<rid>:tasks   task stream
-Derived:   req:<rid>:rel|dead, tr:<prio>:<tenant>, state:<state>, done:<rid>, delayed:<prio>, dprio
+Derived:   req:<rid>:rel|dead, tr:<prio>:<tenant>, state:<state>, done:<rid>, delayed:<prio>, dprio,
+           scheduled, scheduled:<prio>, sprio
 
 ARGV[1] rid   ARGV[2] now (ms)
 
-Returns {state, dropped, running, changed}: changed 0 when the request was not open or active
+Returns {state, dropped, running, changed}: changed 0 when the request was not open, active,
+held or scheduled
 (cancelled already, or finished), 1 when this call cancelled it
 Errors: -2 no such request
 --]]
@@ -22,9 +25,10 @@ local rid, now = ARGV[1], now_ms(ARGV[2])
 local sk = KEYS[10]
 local h = load_req(rid)
 if not h then return -2 end
-if h.state ~= 'open' and h.state ~= 'active' and h.state ~= 'held' then
+if h.state ~= 'open' and h.state ~= 'active' and h.state ~= 'held' and h.state ~= 'scheduled' then
   return {h.state, 0, h.leased, 0}
 end
+if h.state == 'scheduled' then unschedule_req(h) end
 
 -- Entries never delivered: move the group's cursor past them.
 redis.call('XGROUP', 'SETID', sk, GROUP, '$')
@@ -43,7 +47,8 @@ for _, who in ipairs({'~waiting', '~delayed'}) do
   end
 end
 local dropped = h.waiting + h.delayed
-if h.state ~= 'held' then bump_waiting_stat(h, -h.waiting) end  -- held: never counted there
+-- Held or scheduled: never counted there.
+if h.state ~= 'held' and h.state ~= 'scheduled' then bump_waiting_stat(h, -h.waiting) end
 add(h, 'waiting', -h.waiting)
 add(h, 'retry', -h.retry)
 add(h, 'delayed', -h.delayed)

@@ -1,5 +1,8 @@
 --[[ seal: declare that an open request gets no more tasks; it completes when they are done.
 
+A scheduled request that is not sealed yet is sealed for when it is due: it stays scheduled,
+and becomes active, not open, then.
+
 Sealing twice is harmless: a sealed request's state is returned unchanged.
 
 KEYS[1..8] queue-level keys (see _common.lua)
@@ -21,5 +24,9 @@ if h.state == 'open' then
   redis.call('HDEL', KEYS[9], 'resume')
   event('sealed', rid, 'tasks', h.total)
   maybe_complete(h, now)
+elseif h.state == 'scheduled' and redis.call('HGET', KEYS[9], 'due_state') == 'open' then
+  redis.call('HSET', KEYS[9], 'due_state', 'active')
+  redis.call('HDEL', KEYS[9], 'resume')
+  event('sealed', rid, 'tasks', h.total)
 end
 return h.state
