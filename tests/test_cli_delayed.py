@@ -55,7 +55,7 @@ def test_submit_at_a_time_with_an_offset(announced: Queue) -> None:
     out, err = run("1", "--at", "2099-12-01T02:00+01:00")
     info = introspect.request(announced, out.strip())
     assert info is not None and info.state == "scheduled"
-    assert info.due_ms == 4_099_755_600_000  # 2099-12-01T01:00Z
+    assert info.due_ms == 4_099_770_000_000  # 2099-12-01T01:00Z
     assert "due at 2099-12-01T01:00:00+00:00" in err
 
 
