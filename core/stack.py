@@ -191,6 +191,10 @@ class Stack:
         # The console's bulk actions (requeue, delete, cancel of a filter's snapshot), chunk
         # by chunk: a web request only records them.
         specs.append(ChildSpec("actions", [sys.executable, "manage.py", "runactions"]))
+        # Recurring schedules (issue 19). Any number of schedulers may run: a second one, on
+        # another machine, only takes over the slots of one that died.
+        specs.append(ChildSpec("scheduler", [sys.executable, "manage.py", "runscheduler"],
+                               restart=True))
         return specs
 
     def _lock_data_dir(self) -> DataDirLock:
