@@ -74,6 +74,9 @@ class Request(models.Model):
             ("pause_queue", "Can pause and resume a queue"),
             # The console's data job form (issue 9): granted by migration 0005.
             ("submit_datajob", "Can submit data jobs"),
+            # Recurring schedules (issue 19): granted by migration 0009.
+            ("run_schedule", "Can run now, pause and resume schedules"),
+            ("change_schedule", "Can create, edit and delete schedules"),
         ]
 
     def __str__(self) -> str:

@@ -38,10 +38,11 @@ def q(django_queue: Queue) -> Queue:
 def test_allowed_shows_each_role_its_buttons(
     operator: User, viewer: User, admin_user: User
 ) -> None:
-    assert allowed(viewer) == dict.fromkeys(("requeue", "delete", "cancel", "claim", "pause"),
-                                            False)
+    assert allowed(viewer) == dict.fromkeys(("requeue", "delete", "cancel", "claim", "pause",
+                                             "schedule_run", "schedule_change"), False)
     assert allowed(operator) == {"requeue": True, "delete": False, "cancel": True,
-                                 "claim": True, "pause": False}
+                                 "claim": True, "pause": False, "schedule_run": True,
+                                 "schedule_change": False}
     assert all(allowed(admin_user).values())
     assert not any(allowed(None).values())
 

@@ -9,6 +9,8 @@
 | delete_deadletter    | delete                             | admin           |
 | pause_queue          | pause, resume                      | admin           |
 | submit_datajob       | the Data jobs page's submit form   | operator admin  |
+| run_schedule         | a schedule's run now, pause, resume | operator admin |
+| change_schedule      | create, edit, delete a schedule    | admin           |
 
 The admin group also sees django-axes' failed logins and login log in the Django admin and
 may unlock (delete failed logins): axes.view_accessattempt, axes.delete_accessattempt,
@@ -29,26 +31,33 @@ PERMISSIONS = {
     "cancel": "core.cancel_request",
     "claim": "core.claim_task",
     "pause": "core.pause_queue",
+    "schedule_run": "core.run_schedule",
+    "schedule_change": "core.change_schedule",
 }
 # Every action -> the key of its permission.
 NEEDS = {
     "requeue": "requeue", "delete": "delete", "cancel": "cancel", "claim": "claim",
     "release": "claim", "reclaim": "claim", "pause": "pause", "resume": "pause",
     "run-now": "cancel",
+    "schedule-run-now": "schedule_run", "schedule-pause": "schedule_run",
+    "schedule-resume": "schedule_run", "schedule-add": "schedule_change",
+    "schedule-edit": "schedule_change", "schedule-remove": "schedule_change",
 }
 # The roles' groups, as migration 0004 grants them (codenames of app core).
 GROUPS = {
     "viewer": ["view_console"],
     "operator": ["view_console", "requeue_deadletter", "cancel_request", "claim_task",
-                 "submit_datajob"],
+                 "submit_datajob", "run_schedule"],
     "admin": ["view_console", "requeue_deadletter", "cancel_request", "claim_task",
               "delete_deadletter", "pause_queue", "view_request", "view_deadletter",
-              "view_auditentry", "view_bulkaction", "submit_datajob"],
+              "view_auditentry", "view_bulkaction", "submit_datajob",
+              "run_schedule", "change_schedule"],
 }
 
 
 def allowed(user: Any) -> dict[str, bool]:
-    """Which action buttons `user` may see, keyed requeue, delete, cancel, claim, pause."""
+    """Which action buttons `user` may see, keyed requeue, delete, cancel, claim, pause,
+    schedule_run, schedule_change."""
     if user is None or not getattr(user, "is_authenticated", False) or not user.is_active:
         return dict.fromkeys(PERMISSIONS, False)
     return {key: bool(user.has_perm(perm)) for key, perm in PERMISSIONS.items()}
