@@ -74,7 +74,7 @@ def test_a_time_already_past_runs_now_and_says_so(announced: Queue) -> None:
 ])
 def test_bad_values_are_a_message(option: str, value: str, says: str, announced: Queue) -> None:
     with pytest.raises(CommandError, match=says):
-        run("1", option, value)
+        run("1", f"{option}={value}")
     assert introspect.stats(announced).requests_by_state["scheduled"] == 0
 
 

@@ -39,7 +39,7 @@ def test_the_page_lists_delayed_requests_soonest_first(operator: Client, delayed
     html = text(operator.get("/scheduled/"))
     assert ids_on(html) == ["in-5m", "in-30m", "in-2h"]
     assert "3 in all, 2 due in the next hour" in html
-    assert "Run now" in html and "Cancel" in html
+    assert ">Run now</button>" in html and ">Cancel…</button>" in html
 
 
 def test_the_page_is_keyset_paged(operator: Client, console: Queue,
@@ -96,7 +96,7 @@ def test_a_viewer_sees_no_button_and_a_forged_post_is_refused_and_audited(
 ) -> None:
     html = text(viewer.get("/scheduled/"))
     assert ids_on(html) == ["in-5m", "in-30m", "in-2h"]
-    assert "Run now" not in html
+    assert ">Run now</button>" not in html and ">Cancel…</button>" not in html
     response = viewer.post("/actions/run-now/", {"queue": "default", "one": "in-2h"})
     assert response.status_code == 403
     assert delayed.state("in-2h") == "scheduled"

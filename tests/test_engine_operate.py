@@ -179,6 +179,7 @@ def test_stats_requests_and_pending_views(queue: Queue, clock: FakeClock) -> Non
     assert (stats.waiting, stats.leased, stats.delayed, stats.dead) == (2, 1, 0, 1)
     assert stats.requests_by_state == {
         "open": 1,
+        "scheduled": 0,
         "held": 0,
         "active": 1,
         "cancelling": 0,

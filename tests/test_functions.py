@@ -149,7 +149,8 @@ def test_two_versions_of_the_library_serve_one_redis_side_by_side(
     load(redis_client, current)
     load(redis_client, newer)
     keys = [*queue.keys.script_keys, queue.keys.request("r"), queue.keys.tasks("r")]
-    args = ["r", 0, 50, 10, "default", "echo", 3, 30_000, 86_400_000, 1000, 300_000, 1, b"7"]
+    args = ["r", 0, 50, 10, "default", "echo", 3, 30_000, 86_400_000, 1000, 300_000, 1, "",
+            b"7"]  # ...mode 1 (sealed), due "" (now), one payload
     assert call(redis_client, newer, "submit", keys, args)[0] == 1
     assert call(redis_client, current, "submit", keys, args)[0] == 0  # idempotent: exists
     assert [lease.payload for lease in queue.dequeue("w", 5)] == [7]
