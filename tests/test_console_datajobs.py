@@ -440,7 +440,8 @@ def test_the_queues_strip_follows_the_poll_so_a_done_job_shows_no_stale_leased_t
     console.ack(chunk)
     [combine] = console.dequeue("w-one", count=1)  # the combine step runs
     page = viewer.get("/jobs/default/dj1/").content.decode()
-    assert strip_of(page) == "queue default: 0 waiting 1 leased 0 delayed 0 scheduled 0 dead 0 live workers"
+    assert strip_of(page) == ("queue default: 0 waiting 1 leased 0 delayed 0 scheduled 0 dead "
+                              "0 live workers")
     console.redis.hset(key, "manifest", json.dumps({"job": "dj1", "rows_in": 1}))
     console.ack(combine)
     assert jobs.status(console, "dj1").state == "done"
@@ -450,7 +451,8 @@ def test_the_queues_strip_follows_the_poll_so_a_done_job_shows_no_stale_leased_t
     assert poll.status_code == 286
     assert body.lstrip().startswith('<section id="live"') and 'id="job-state">done<' in body
     assert 'id="strip" hx-swap-oob="true"' in body
-    assert strip_of(body) == "queue default: 0 waiting 0 leased 0 delayed 0 scheduled 0 dead 0 live workers"
+    assert strip_of(body) == ("queue default: 0 waiting 0 leased 0 delayed 0 scheduled 0 dead "
+                              "0 live workers")
 
 
 def test_a_refused_form_shows_the_job_list_its_paging_and_live_toggle_as_the_list_does(
