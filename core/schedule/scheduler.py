@@ -11,6 +11,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import redis
+
 from core.queue import Queue, registry
 from core.queue.errors import QueueError
 
@@ -81,7 +83,7 @@ class Scheduler:
             cpu = time.process_time()
             try:
                 part = self.tick()
-            except QueueError as exc:
+            except (QueueError, redis.RedisError) as exc:  # a data job's submit: raw Redis
                 totals.failures += 1
                 log.warning("scheduler tick failed (retried at the next): %s", exc)
                 part = TickReport()
