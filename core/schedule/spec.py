@@ -80,12 +80,13 @@ def format_every(seconds: int) -> str:
 def zone(name: str) -> ZoneInfo:
     """The IANA time zone `name`; InvalidSchedule naming it if there is none."""
     try:
-        if not name or name != name.strip() or ".." in name or name.startswith("/"):
+        if not name or name != name.strip() or ".." in name or name.startswith("/") \
+                or len(name) > 64 or "\0" in name:
             raise ValueError(name)
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError) as exc:
+    except (ZoneInfoNotFoundError, ValueError, OSError) as exc:  # OSError: an odd file name
         raise InvalidSchedule(
-            f"unknown time zone {name!r}: use an IANA name such as Europe/Berlin, "
+            f"unknown time zone {name[:80]!r}: use an IANA name such as Europe/Berlin, "
             "America/New_York or UTC") from exc
 
 
@@ -99,7 +100,13 @@ def parse_time(text: str, tz: str = "UTC") -> int:
                               "or 2026-12-01T02:00+01:00") from exc
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=zone(tz))
-    return int(dt.timestamp() * 1000)
+    ms = int(dt.timestamp() * 1000)
+    if not 0 <= ms < LATEST_MS:  # a slot's time must stay a date in every zone
+        raise InvalidSchedule(f"time {text[:40]!r} is out of range: between 1970 and 9000")
+    return ms
+
+
+LATEST_MS = int(datetime(9000, 1, 1, tzinfo=ZoneInfo("UTC")).timestamp() * 1000)
 
 
 def check_cron(expr: str) -> str:
