@@ -178,8 +178,9 @@ def test_release_everything_a_stale_worker_holds_in_one_click(
         button.click()
         page.wait_for_selector(".msg", timeout=10_000)
         assert "released 2 of 2; 0 skipped" in page.locator(".msg").inner_text()
-        assert int(side.redis.hget(side.keys.request(rid), "leased") or 0) == 0
-        helper = worker("helper-1")  # a live worker takes them and finishes
+        # The old runs may go on until their leases run out (at most --dead-after, 4 s): the
+        # tasks move on then, not before, and a live worker takes them and finishes.
+        helper = worker("helper-1")
         assert side.wait(rid, timeout=30) == "done"
     finally:
         for proc in (stuck, helper):
