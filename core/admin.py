@@ -41,6 +41,10 @@ class Bounded(admin.ModelAdmin):
     database, an action's selection naming no possible primary key."""
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
+        if any("\0" in v for values in request.GET.lists() for v in values[1]):
+            return HttpResponseBadRequest(  # PostgreSQL holds no NUL in a string: no row has one
+                "A filter or search holds a NUL character.",
+                content_type="text/plain; charset=utf-8")
         search = request.GET.get(SEARCH_VAR, "")
         if len(search) > MAX_SEARCH:
             return HttpResponseBadRequest(

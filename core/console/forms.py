@@ -135,6 +135,8 @@ def filters(post: QueryDict, action: str) -> dict[str, str]:
         value = post.get(name, "").strip()
         if len(value) > 200:
             raise BadParam(f"{name} is longer than 200 characters.")
+        if "\0" in value:  # PostgreSQL cannot hold one in a string, so no row has one
+            raise BadParam(f"{name} cannot hold a NUL character.")
         if value:
             out[name] = value
     return out

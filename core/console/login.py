@@ -90,6 +90,16 @@ class AuditedAxesHandler(AxesDatabaseHandler):
     OS user as the actor, with how many records each removed (0 when there was nothing to
     remove, as for any action that found nothing to act on)."""
 
+    def user_login_failed(self, sender: Any, credentials: dict[str, Any],
+                          request: HttpRequest | None = None, **kwargs: Any) -> None:
+        """The attempt is recorded under the user name as a user name can be (150 characters,
+        no NUL): a 100 KB or NUL-holding name is a failed login like any other, not a
+        database error (PostgreSQL: varchar(255), no NUL in a string)."""
+        name = credentials.get("username")
+        if isinstance(name, str):
+            credentials = {**credentials, "username": name.replace("\0", "\ufffd")[:150]}
+        super().user_login_failed(sender, credentials, request, **kwargs)
+
     def reset_attempts(self, *, ip_address: str | None = None, username: str | None = None,
                        ip_or_username: bool = False) -> int:
         count = int(super().reset_attempts(ip_address=ip_address, username=username,
