@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import re
 import signal
 import threading
 import time
@@ -373,6 +374,35 @@ def test_a_worker_takes_no_task_before_its_handlers_are_ready(
     said = [r.getMessage() for r in caplog.records]
     assert any("takes no task while the test's server is down" in m for m in said), said
     assert any("waiter: takes tasks (it waited" in m for m in said), said
+
+
+def test_waiting_at_start_is_told_quietly_until_it_lasts(
+    live_queue: Queue, start: Any, caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker started beside its Spark server waits a few seconds at every stack start: that
+    is said at INFO; a wait past the start-up grace is a WARNING, said once."""
+    from core.worker import runtime
+
+    monkeypatch.setattr(runtime, "STARTUP_GRACE_S", 0.6)
+    ready = threading.Event()
+    registry = Registry()
+    registry.register("rec", lambda payload, ctx: None,
+                      ready=lambda: None if ready.is_set() else "the server starts")
+    caplog.set_level(logging.INFO, logger="queueadmin.worker")
+    start(live_queue, registry, name="patient")
+
+    def lines(level: int) -> list[str]:
+        return [r.getMessage() for r in caplog.records
+                if r.levelno == level and "worker=patient" in r.getMessage()]
+
+    deadline = time.monotonic() + 5
+    while not lines(logging.WARNING) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    ready.set()
+    assert any("takes no task while the server starts" in m for m in lines(logging.INFO))
+    [warned] = lines(logging.WARNING)
+    assert re.search(r"still takes no task after \d+ s while the server starts", warned), warned
 
 
 def test_a_check_that_waits_only_when_asked_at_start_lets_the_worker_begin(

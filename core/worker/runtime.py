@@ -41,6 +41,7 @@ SLOW_TASK_S = 0.05  # a task this slow sends the batch back to one
 PASSING = (RedisUnavailable, RedisReplyError)
 ACK_FLUSH_S = 0.02  # a finished task's ack waits at most this long for the rest of its batch
 READY_POLL_S = 0.5  # how often a waiting worker asks its handlers' readiness checks again
+STARTUP_GRACE_S = 60.0  # waiting this long at start for a service is worth a warning
 
 
 @dataclass
@@ -231,6 +232,7 @@ class Worker:
         what it waits for. One slot asks at a time; the others wait behind it."""
         with self._ready_lock:
             said = None
+            warned = False
             since = time.monotonic()
             while not self.stopping.is_set():
                 reason = self.registry.not_ready(handlers, starting=starting)
@@ -240,9 +242,19 @@ class Worker:
                         log.info("ready worker=%s: takes tasks (it waited %.1f s while %s)",
                                  self.name, time.monotonic() - since, said)
                     return
+                waited = time.monotonic() - since
                 if reason != said:
-                    log.warning("waiting worker=%s: takes no task while %s", self.name, reason)
-                    said = reason
+                    # At start, waiting for a service that starts beside it (the stack's
+                    # Spark) is expected: a warning only once it lasts.
+                    level = logging.INFO if starting and waited < STARTUP_GRACE_S \
+                        else logging.WARNING
+                    log.log(level, "waiting worker=%s: takes no task while %s", self.name,
+                            reason)
+                    said, warned = reason, level == logging.WARNING
+                elif not warned and waited >= STARTUP_GRACE_S:
+                    log.warning("waiting worker=%s: still takes no task after %.0f s while %s",
+                                self.name, waited, reason)
+                    warned = True
                 self.stopping.wait(READY_POLL_S)
 
     # -- the slot loop ------------------------------------------------------------------
