@@ -33,6 +33,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from core.redis_server import pid_alive
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -346,20 +348,10 @@ def clean_dead_scratch(var_dir: Path) -> list[Path]:
     removed = []
     root = var_dir / "spark"
     for d in root.iterdir() if root.is_dir() else []:
-        if d.name.isdigit() and not _pid_alive(int(d.name)):
+        if d.name.isdigit() and not pid_alive(int(d.name)):
             shutil.rmtree(d, ignore_errors=True)
             removed.append(d)
     return removed
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def use_session(session: SparkSession | None) -> None:
