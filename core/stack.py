@@ -4,8 +4,9 @@ single-machine stack under one supervisor.
 Takes the lock of the data directory (one stack per QA_VAR_DIR), starts the project's own
 redis-server (unless REDIS_URL is set in the environment) and Spark Connect server (unless
 SPARK_REMOTE or SPARK_MASTER is set: core/pipeline/server.py), prepares the database, static
-files and the admin user while Spark starts, then runs the services (gunicorn, workers, the
-mirror) as child processes, each in its own session, and warms Spark with a first job.
+files and the admin user while Spark starts, then runs the services (gunicorn, workers, and
+`runservices`: the mirror, the bulk actions and the scheduler) as child processes, each in its
+own session, and warms Spark with a first job.
 Ctrl-C, SIGINT, SIGTERM or SIGHUP (to this process, or SIGINT to the `make` that started it)
 stops every child it started, by PID, services first, then Spark, Redis last, and exits 0; a
 child that dies on its own stops the rest and fails (a worker or Spark is started again).
@@ -185,15 +186,13 @@ class Stack:
         if self.spark_url:  # a first job, so that the user's first job finds Spark warm
             specs.append(ChildSpec("spark-warmup", command("warmspark", "--url", self.spark_url),
                                    oneshot=True))
-        # The database's history of every queue in the registry (requests, dead letters,
-        # counter samples for the console's charts).
-        specs.append(ChildSpec("mirror", command("runmirror")))
-        # The console's bulk actions (requeue, delete, cancel of a filter's snapshot), chunk
-        # by chunk: a web request only records them.
-        specs.append(ChildSpec("actions", command("runactions")))
-        # Recurring schedules (issue 19). Any number of schedulers may run: a second one, on
-        # another machine, only takes over the slots of one that died.
-        specs.append(ChildSpec("scheduler", command("runscheduler"), restart=True))
+        # One process of three threads: the database's history of every queue in the registry
+        # (requests, dead letters, counter samples for the console's charts), the console's
+        # bulk actions (requeue, delete, cancel of a filter's snapshot, chunk by chunk: a web
+        # request only records them), and the recurring schedules (any number of schedulers
+        # may run: one on another machine only takes over the slots of one that died). As
+        # three processes they held 88 MiB each, mostly Python, Django and redis-py.
+        specs.append(ChildSpec("services", command("runservices"), restart=True))
         return specs
 
     def _lock_data_dir(self) -> DataDirLock:
