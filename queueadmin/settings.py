@@ -14,7 +14,8 @@ QA_VAR_DIR     where local state lives (default: var/ in the checkout; installed
 QA_REDIS_PORT  port of the embedded redis-server (default 6390)
 QA_REDIS_FSYNC appendfsync of the embedded redis-server: always (default) or everysec
 QA_HANDLER_MODULES  comma-separated modules whose import registers task handlers, loaded by
-               every `runworker` (besides core.worker.builtins and the data jobs' core.pipeline.tasks)
+               every `runworker` (besides core.worker.builtins and, for data jobs,
+               core.pipeline.tasks)
 METRICS_TOKEN  bearer token that /metrics requires (unset: /metrics answers 404)
 QA_SECURE_COOKIES  "1": session and CSRF cookies only over HTTPS even when Django sees plain
                HTTP (behind a TLS proxy that sets no X-Forwarded-Proto); they are Secure
