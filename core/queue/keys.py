@@ -152,6 +152,14 @@ class QueueKeys:
         """Hash: a request's dead task -> the id of its entry in the dead stream."""
         return f"{self.base}req:{rid}:dead"
 
+    def record(self, kind: str, rid: str) -> str:
+        """An application's record of kind `kind` beside request `rid` (core.queue.records)."""
+        return f"{self.base}{kind}:{rid}"
+
+    def record_index(self, kind: str) -> str:
+        """The records of kind `kind` by time (ms), so they are found without a scan."""
+        return f"{self.base}{kind}s"
+
     def state_index(self, state: str) -> str:
         return f"{self.base}state:{state}"
 
