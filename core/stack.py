@@ -456,7 +456,7 @@ class Stack:
             q = Queue.from_url(self.redis_url, child.spec.worker_queue,
                                prefix=settings.QUEUE_PREFIX)
             try:
-                return q.worker_control(child.worker_name) == "stop"
+                return bool(q.worker_control(child.worker_name) == "stop")
             finally:
                 q.redis.close()
         except QueueError:

@@ -156,6 +156,9 @@ def test_stop_lets_the_running_task_finish_within_grace_and_exits_0(
     assert len(task_log(q, k)) == 2  # the second task was never started
     assert introspect.worker(q, "w1") is None
     assert q.worker_control("w1") == "stop"  # for its supervisor: not started again
+    spawn_worker("w1", "--dead-after", "1")  # started again by hand, same name: a new life
+    assert q.wait("r", timeout=15) == "done"
+    assert q.worker_control("w1") == ""
 
 
 def test_stop_gives_back_a_task_still_running_after_the_grace_time(

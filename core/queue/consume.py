@@ -186,6 +186,12 @@ class Consumer(QueueBase):
                 pipe.pexpire(key, STOPPED_KEPT_MS)
             pipe.execute()
 
+    def forget_control(self, worker: str) -> None:
+        """Drop what an operator asked of an earlier process of this name (a quiet it did not
+        live to see resumed, a stop it obeyed): a worker calls it as it starts."""
+        with translated("forget control"):
+            self.redis.hdel(self.keys.worker(worker), "control", "control_by", "control_ms")
+
     def worker_control(self, worker: str) -> str:
         """What an operator asked of `worker` (Operator.control_worker): "quiet", "stop" or
         "" (nothing, or resumed). Read by the worker at every heartbeat, and by a supervisor

@@ -151,6 +151,9 @@ class Worker:
         log.info("worker started worker=%s queues=%s slots=%d pid=%d dead_after=%.1fs handlers=%s",
                  self.name, ",".join(q.name for q in self.queues), self.config.slots,
                  os.getpid(), self.config.dead_after, ",".join(self.registry.names()))
+        for q in self.queues:  # a quiet or stop was for an earlier process of this name
+            with contextlib.suppress(*PASSING):
+                q.forget_control(self.name)
         self.heartbeat.start()
         # Before any lease: a worker that cannot run a task yet (its Spark not up) takes none,
         # so no task waits on it while another worker could run it.
