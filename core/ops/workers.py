@@ -10,7 +10,7 @@ from typing import Any
 
 from django.conf import settings
 
-from core.conf import get_queue, redis_client
+from core.conf import DEFAULT_QUEUE, get_queue, redis_client
 from core.queue import InvalidInput, Queue, QueueError, UnknownWorker, introspect
 from core.queue.keys import validate_id
 from core.queue.models import WorkerInfo
@@ -91,7 +91,8 @@ def home_of(worker: str) -> Queue:
 
 
 def _search(name: str) -> tuple[Queue, WorkerInfo]:
-    names = introspect.queues(redis_client(), prefix=settings.QUEUE_PREFIX)
+    names = list(dict.fromkeys([DEFAULT_QUEUE, *introspect.queues(
+        redis_client(), prefix=settings.QUEUE_PREFIX)]))
     for n in names:
         q = get_queue(n)
         found = introspect.worker(q, name)
