@@ -49,7 +49,7 @@ def row(html: str, name: str) -> str:
 def test_a_row_shows_busy_cpu_memory_uptime_and_version(q: Queue, admin: Client) -> None:
     r = row(text(admin.get("/workers/")), "w-1")
     assert ">50%<" in r and ">12%<" in r and "123 MiB" in r and "1.2.3" in r
-    assert re.search(r"<td>\d+ d \d+ h</td>", r)  # up since 2023
+    assert re.search(r"<td class=\"n\">\d+ d \d+ h</td>", r)  # up since 2023
     assert 'formaction="/actions/worker-quiet/"' in r
     assert 'formaction="/actions/worker-stop/"' in r
     assert "worker-resume" not in r
