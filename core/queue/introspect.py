@@ -313,24 +313,35 @@ def workers(q: Queue, *, after: PageCursor | None = None, limit: int = 50) -> Pa
         rows, cursor = _page(q, q.keys.workers, after, limit)
         pipe = _r(q).pipeline(transaction=False)
         for name, _ in rows:
-            pipe.hget(q.keys.worker(name), "info")
+            pipe.hmget(q.keys.worker(name), "info", "control")
         infos = pipe.execute()
-    items = [_worker(name, score, info) for (name, score), info in zip(rows, infos, strict=True)]
+    items = [_worker(name, score, info, control or "")
+             for (name, score), (info, control) in zip(rows, infos, strict=True)]
     return Page(items, cursor)
 
 
-def _worker(name: str, score: int, text: str | None) -> WorkerInfo:
+def worker(q: Queue, name: str) -> WorkerInfo | None:
+    """One registered worker's entry, or None if `name` is not in the queue's registry."""
+    validate_id(name, "worker name")
+    with translated("worker"):
+        score, (info, control) = (_r(q).pipeline(transaction=False)
+                                  .zscore(q.keys.workers, name)
+                                  .hmget(q.keys.worker(name), "info", "control").execute())
+    return None if score is None else _worker(name, int(score), info, control or "")
+
+
+def _worker(name: str, score: int, text: str | None, control: str = "") -> WorkerInfo:
     """A registry entry as its worker wrote it: an entry that is not a JSON object (another
     client's, a broken writer's) is kept as text, so one odd worker breaks no reader."""
     if not text:
-        return WorkerInfo(name, score, {})
+        return WorkerInfo(name, score, {}, control=control)
     try:
         info = json.loads(text)
     except ValueError:
         info = None
     if isinstance(info, dict):
-        return WorkerInfo(name, score, info)
-    return WorkerInfo(name, score, {}, text)
+        return WorkerInfo(name, score, info, control=control)
+    return WorkerInfo(name, score, {}, text, control=control)
 
 
 def drained(q: Queue) -> bool:
