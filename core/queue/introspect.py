@@ -490,3 +490,38 @@ def _zpage_ascending(
             break
         offset += batch
     return out[:n]
+
+
+@dataclass(frozen=True)
+class Attention:
+    """What the console's overview flags beside the queue's counters."""
+
+    now_ms: int
+    registered_workers: int  # in the registry, live or not
+    expired_leases: int  # past their expiry, not reaped yet
+    oldest_waiting_ms: int | None  # creation time of the oldest active request with work
+    # waiting (among the `checked` oldest active ones); None if none of them waits
+
+
+def attention(q: Queue, *, checked: int = 20) -> Attention:
+    """Two round trips: the registry's size, the expired leases, the oldest active
+    requests, then whether those have work waiting."""
+    k, r = q.keys, _r(q)
+    n = int_in(checked, "checked", 1, MAX_PAGE)
+    with translated("attention"):
+        now = q.now_ms()
+        pipe = r.pipeline(transaction=False)
+        pipe.zcard(k.workers)
+        pipe.zcount(k.leases, "-inf", f"({now}")
+        pipe.zrange(k.state_index("active"), 0, n - 1)
+        registered, expired, oldest = pipe.execute()
+        oldest_waiting = None
+        if oldest:
+            pipe = r.pipeline(transaction=False)
+            for rid in oldest:
+                pipe.hmget(k.request(rid), "waiting", "delayed", "created_ms")
+            for waiting, delayed, created in pipe.execute():
+                if int(waiting or 0) + int(delayed or 0) > 0 and created:
+                    oldest_waiting = int(created)
+                    break
+    return Attention(now, int(registered), int(expired), oldest_waiting)
