@@ -52,7 +52,7 @@ def _done(result: Result, out: TextIO) -> Result:
 
 
 def _still_dead(q: Queue, ids: list[str]) -> int:
-    return introspect.dead_letters_present(q, ids)
+    return len(introspect.dead_letters_present(q, ids))
 
 
 def requeue(

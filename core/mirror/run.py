@@ -20,10 +20,10 @@ from django.db import DatabaseError, connections
 
 from core.queue import RedisReplyError, RedisUnavailable, registry
 from core.queue.client import Queue
+from core.queue.follow import Batch, Streams
 
 from .apply import apply_batch, reconcile, refresh
 from .samples import SAMPLE_EVERY_S, prune, sample
-from .streams import Batch, Streams
 
 log = logging.getLogger("queueadmin.mirror")
 

@@ -23,6 +23,7 @@ from .models import (
 )
 
 MAX_PAGE = 1000  # rows per page
+PIPELINE_CHUNK = 500  # commands per pipelined round trip of the bulk reads
 SCHED_MARK = "~scheduled"  # the scheduled requests' head in `delayed` (see _common.lua)
 HOUR_MS = 3_600_000
 
@@ -238,17 +239,20 @@ def first_payloads(q: Queue, request_id: str, n: int) -> list[tuple[str, str]]:
 
 
 def requests_many(q: Queue, request_ids: list[str]) -> dict[str, RequestInfo]:
-    """These requests as Redis has them (one round trip); those it no longer has are left
-    out."""
+    """These requests as Redis has them (a round trip per PIPELINE_CHUNK); those it no longer
+    has are left out."""
     ids = [validate_id(rid, "request id") for rid in request_ids]
-    if not ids:
-        return {}
-    pipe = _r(q).pipeline(transaction=False)
-    for rid in ids:
-        pipe.hgetall(q.keys.request(rid))
-    with translated("requests"):
-        hashes = pipe.execute()
-    return {rid: RequestInfo.from_hash(rid, h) for rid, h in zip(ids, hashes, strict=True) if h}
+    out: dict[str, RequestInfo] = {}
+    for i in range(0, len(ids), PIPELINE_CHUNK):
+        part = ids[i : i + PIPELINE_CHUNK]
+        pipe = _r(q).pipeline(transaction=False)
+        for rid in part:
+            pipe.hgetall(q.keys.request(rid))
+        with translated("requests"):
+            hashes = pipe.execute()
+        out |= {rid: RequestInfo.from_hash(rid, h)
+                for rid, h in zip(part, hashes, strict=True) if h and h.get("state")}
+    return out
 
 
 def events_since(q: Queue, since_ms: int, *, count: int = 1000) -> list[tuple[str, dict[str, str]]]:
@@ -269,16 +273,19 @@ def heartbeat(q: Queue, worker: str) -> tuple[int | None, str | None]:
     return (None if beat is None else int(beat)), info
 
 
-def dead_letters_present(q: Queue, entry_ids: list[str]) -> int:
-    """How many of these dead letters are still in the queue's dead-letter stream."""
+def dead_letters_present(q: Queue, entry_ids: list[str]) -> set[str]:
+    """Those of these dead letters still in the queue's dead-letter stream (one round trip,
+    CHUNK ids a pipeline)."""
     ids = [validate_task_id(i) for i in entry_ids]
-    if not ids:
-        return 0
-    pipe = _r(q).pipeline(transaction=False)
-    for i in ids:
-        pipe.xrange(q.keys.dead, i, i, count=1)
-    with translated("dead letters"):
-        return sum(1 for rows in pipe.execute() if rows)
+    present: set[str] = set()
+    for i in range(0, len(ids), PIPELINE_CHUNK):
+        part = ids[i : i + PIPELINE_CHUNK]
+        pipe = _r(q).pipeline(transaction=False)
+        for eid in part:
+            pipe.xrange(q.keys.dead, eid, eid, count=1)
+        with translated("dead letters"):
+            present |= {eid for eid, rows in zip(part, pipe.execute(), strict=True) if rows}
+    return present
 
 
 def dead_letters(q: Queue, *, before: str | None = None, count: int = 50) -> list[DeadLetter]:
