@@ -15,10 +15,12 @@ from .keys import MAX_TASK_ID, validate_id, validate_task_id
 from .models import (
     STATES,
     DeadLetter,
+    LogLine,
     Page,
     PageCursor,
     PendingEntry,
     RequestInfo,
+    TaskProgress,
     WorkerInfo,
 )
 
@@ -210,6 +212,66 @@ def pending(q: Queue, request_id: str, *, after: str = "-", count: int = 50) -> 
         )
         for r, e, m in zip(rows, expiries, revoked, strict=True)
     ]
+
+
+def progress(q: Queue, request_id: str) -> list[TaskProgress]:
+    """What the request's tasks last reported (ctx.progress, ctx.log), most recent first:
+    the running ones and those that finished, for the most recent 64 tasks that reported
+    (bounded by the engine, so one read)."""
+    rid = validate_id(request_id, "request id")
+    with translated("progress"):
+        pipe = _r(q).pipeline(transaction=False)
+        pipe.hgetall(q.keys.progress(rid)).zrange(q.keys.progress_at(rid), 0, -1, desc=True,
+                                                  withscores=True)
+        fields, order = pipe.execute()
+    return [_progress(tid, fields.get(tid), fields.get(f"{tid}:log"), int(at))
+            for tid, at in order]
+
+
+def task_progress(q: Queue, tasks: list[tuple[str, str]]) -> dict[tuple[str, str], TaskProgress]:
+    """The last progress of these (request id, task id) pairs, those that reported any (one
+    round trip): what the workers page shows of each worker's running tasks."""
+    pairs = [(validate_id(rid, "request id"), validate_task_id(tid)) for rid, tid in tasks]
+    if not pairs:
+        return {}
+    with translated("task progress"):
+        pipe = _r(q).pipeline(transaction=False)
+        for rid, tid in pairs:
+            pipe.hmget(q.keys.progress(rid), [tid, f"{tid}:log"])
+            pipe.zscore(q.keys.progress_at(rid), tid)
+        got = pipe.execute()
+    out = {}
+    for i, (rid, tid) in enumerate(pairs):
+        (text, log), at = got[2 * i], got[2 * i + 1]
+        if at is not None:
+            out[(rid, tid)] = _progress(tid, text, log, int(at))
+    return out
+
+
+def _progress(tid: str, text: str | None, log: str | None, at: int) -> TaskProgress:
+    """One task's entry as the engine wrote it (progress.lua); an odd one reads as empty."""
+    p: Any = _json(text, dict) or {}
+    lines = _json(log, list) or []
+
+    def num(v: Any) -> float | None:
+        return v if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+    return TaskProgress(
+        task_id=tid, done=num(p.get("done")), total=num(p.get("total")),
+        message=str(p.get("msg") or ""), worker=str(p.get("worker") or ""), updated_ms=at,
+        log=tuple(LogLine(int(e[0]), str(e[1])) for e in lines
+                  if isinstance(e, list) and len(e) == 2 and num(e[0]) is not None),
+    )
+
+
+def _json(text: str | None, kind: type) -> Any:
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, kind) else None
 
 
 def dead_letters(q: Queue, *, before: str | None = None, count: int = 50) -> list[DeadLetter]:

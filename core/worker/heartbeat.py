@@ -83,6 +83,7 @@ class Heartbeat(threading.Thread):
                     self.beater.beat(self.held.snapshot, self._info(self.held.snapshot()))
                     registry.touch(self.queues)  # keeps the queues listed (console, mirror)
                     next_beat = now + self.interval
+                    self.flush_progress()
                 if now >= next_reap:
                     self.reap()
                     next_reap = now + self.reap_interval
@@ -111,6 +112,14 @@ class Heartbeat(threading.Thread):
         tasks.sort(key=lambda t: t["since"])
         return self.info() | {"dead_after_ms": self.lease_ms, "version": _version(),
                               "tasks": tasks[:MAX_LISTED_TASKS]}
+
+    def flush_progress(self) -> None:
+        """Send the progress running tasks keep back (rate limit): a handler that reported
+        and then went quiet is shown as it last said, within a beat."""
+        for ctxs in self.held.snapshot().values():
+            for ctx in ctxs:
+                if not ctx.finished:
+                    ctx.flush_progress(due_only=True)
 
     def apply(self, queue: str, token: str, result: int, sent_at: float) -> None:
         """One renewal's answer: 1 renewed, 2 renewed but cancelled, -1 lease lost."""
