@@ -4,6 +4,8 @@ the request."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import redis
 
@@ -24,7 +26,7 @@ def test_a_report_is_read_back_with_its_log_lines_and_the_servers_time(
     (p,) = introspect.progress(queue, "r")
     assert (p.task_id, p.done, p.total, p.message, p.worker) == (
         lease.task_id, 3, 10, "rows 3 of 10", "w1")
-    assert p.percent == 30.0
+    assert p.percent == 30.0 and p.running
     assert p.updated_ms == clock.now
     assert [(line.at_ms, line.text) for line in p.log] == [
         (clock.now - 250, "opened the file"), (clock.now, "read 3 rows")]
@@ -32,8 +34,9 @@ def test_a_report_is_read_back_with_its_log_lines_and_the_servers_time(
     assert queue.progress(lease, done=4.5, total=10, worker="w1")  # lines stay
     (p,) = introspect.progress(queue, "r")
     assert (p.done, p.message, len(p.log), p.updated_ms) == (4.5, "", 2, clock.now)
+    # By task, for the workers page (which knows its tasks run: not looked up).
     assert introspect.task_progress(queue, [("r", lease.task_id), ("r", "1-0")]) == {
-        ("r", lease.task_id): p}
+        ("r", lease.task_id): replace(p, running=False)}
 
 
 def test_a_run_whose_lease_is_gone_cannot_write(queue: Queue, clock: FakeClock) -> None:
@@ -48,7 +51,7 @@ def test_a_run_whose_lease_is_gone_cannot_write(queue: Queue, clock: FakeClock) 
     queue.ack(other)
     assert not queue.progress(other, done=9, total=9)  # acked
     (p,) = introspect.progress(queue, "r")
-    assert (p.done, p.log) == (1, ())
+    assert (p.done, p.log, p.running) == (1, (), False)  # reaped: it waits to run again
     new = queue.dequeue("w2", 1)[0]
     assert new.task_id == old.task_id
     assert queue.progress(new, done=0, total=2, worker="w2")

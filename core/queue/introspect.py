@@ -215,22 +215,30 @@ def pending(q: Queue, request_id: str, *, after: str = "-", count: int = 50) -> 
 
 
 def progress(q: Queue, request_id: str) -> list[TaskProgress]:
-    """What the request's tasks last reported (ctx.progress, ctx.log), most recent first:
-    the running ones and those that finished, for the most recent 64 tasks that reported
-    (bounded by the engine, so one read)."""
+    """What the request's tasks last reported (ctx.progress, ctx.log), most recent first,
+    each marked running or not: at most the 64 tasks that reported last (the engine keeps no
+    more), so two round trips whatever the request's size."""
     rid = validate_id(request_id, "request id")
     with translated("progress"):
         pipe = _r(q).pipeline(transaction=False)
         pipe.hgetall(q.keys.progress(rid)).zrange(q.keys.progress_at(rid), 0, -1, desc=True,
                                                   withscores=True)
         fields, order = pipe.execute()
-    return [_progress(tid, fields.get(tid), fields.get(f"{tid}:log"), int(at))
+        # Which of them are leased now: their pending entry's holder is a worker.
+        pipe = _r(q).pipeline(transaction=False)
+        for tid, _ in order:
+            pipe.xpending_range(q.keys.tasks(rid), "g", tid, tid, 1)
+        held = pipe.execute(raise_on_error=False) if order else []
+    running = {tid for (tid, _), rows in zip(order, held, strict=True)
+               if isinstance(rows, list) and rows and not rows[0]["consumer"].startswith("~")}
+    return [_progress(tid, fields.get(tid), fields.get(f"{tid}:log"), int(at), tid in running)
             for tid, at in order]
 
 
 def task_progress(q: Queue, tasks: list[tuple[str, str]]) -> dict[tuple[str, str], TaskProgress]:
     """The last progress of these (request id, task id) pairs, those that reported any (one
-    round trip): what the workers page shows of each worker's running tasks."""
+    round trip): what the workers page shows of the tasks each worker says it runs (their
+    `running` is not looked up: False)."""
     pairs = [(validate_id(rid, "request id"), validate_task_id(tid)) for rid, tid in tasks]
     if not pairs:
         return {}
@@ -248,7 +256,8 @@ def task_progress(q: Queue, tasks: list[tuple[str, str]]) -> dict[tuple[str, str
     return out
 
 
-def _progress(tid: str, text: str | None, log: str | None, at: int) -> TaskProgress:
+def _progress(tid: str, text: str | None, log: str | None, at: int,
+              running: bool = False) -> TaskProgress:
     """One task's entry as the engine wrote it (progress.lua); an odd one reads as empty."""
     p: Any = _json(text, dict) or {}
     lines = _json(log, list) or []
@@ -261,6 +270,7 @@ def _progress(tid: str, text: str | None, log: str | None, at: int) -> TaskProgr
         message=str(p.get("msg") or ""), worker=str(p.get("worker") or ""), updated_ms=at,
         log=tuple(LogLine(int(e[0]), str(e[1])) for e in lines
                   if isinstance(e, list) and len(e) == 2 and num(e[0]) is not None),
+        running=running,
     )
 
 

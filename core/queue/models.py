@@ -158,6 +158,7 @@ class TaskProgress:
     worker: str
     updated_ms: int  # the last write (progress or log)
     log: tuple[LogLine, ...] = ()
+    running: bool = False  # leased to a worker right now (introspect.progress says)
 
     @property
     def percent(self) -> float | None:
