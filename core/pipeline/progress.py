@@ -71,11 +71,15 @@ def _classic_once(session: Any, tag: str, totals: Totals) -> None:
         running = 0
         for jid in tracker.getJobIdsForGroup(tag):
             job = tracker.getJobInfo(jid)
+            # A finished job's stages are all done, those it skipped too (their output was
+            # there already: they never run, and would be counted undone for ever).
+            over = job is not None and job.status == "SUCCEEDED"
             rows = []
             for sid in job.stageIds if job else ():
                 st = tracker.getStageInfo(sid)
                 if st is not None:
-                    rows.append((sid, st.numCompletedTasks, st.numTasks))
+                    rows.append((sid, st.numTasks if over else st.numCompletedTasks,
+                                 st.numTasks))
                     running += st.numActiveTasks
             totals.update(f"job {jid}", rows, running)
 
