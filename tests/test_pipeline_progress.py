@@ -4,7 +4,6 @@ ctx.progress(): Spark tasks finished of those known, over the task's Spark jobs.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 import pytest
