@@ -161,6 +161,14 @@ class QueueKeys:
         """Zset: a request's tasks that reported progress -> when they last did (ms)."""
         return f"{self.base}req:{rid}:progress:at"
 
+    def record(self, kind: str, rid: str) -> str:
+        """An application's record of kind `kind` beside request `rid` (core.queue.records)."""
+        return f"{self.base}{kind}:{rid}"
+
+    def record_index(self, kind: str) -> str:
+        """The records of kind `kind` by time (ms), so they are found without a scan."""
+        return f"{self.base}{kind}s"
+
     def state_index(self, state: str) -> str:
         return f"{self.base}state:{state}"
 
