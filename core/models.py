@@ -77,6 +77,8 @@ class Request(models.Model):
             # Recurring schedules (issue 19): granted by migration 0009.
             ("run_schedule", "Can run now, pause and resume schedules"),
             ("change_schedule", "Can create, edit and delete schedules"),
+            # Worker control (issue 20): quiet, stop, resume; granted by migration 0012.
+            ("control_worker", "Can quiet, stop and resume workers"),
         ]
 
     def __str__(self) -> str:

@@ -492,6 +492,9 @@ ACTIONS: dict[str, tuple[dict[str, str], list[str]]] = {
     "pause": ({}, ["queue", "next"]),
     "resume": ({}, ["queue", "next"]),
     "run-now": ({"request": "nosuch-1"}, ["request", "one", *COMMON]),
+    "worker-quiet": ({"worker": "w-live"}, ["worker"]),
+    "worker-resume": ({"worker": "w-live"}, ["worker"]),
+    "worker-stop": ({"worker": "w-live", "confirmed": "1"}, ["worker"]),
 }
 PREVIEW_FIELDS = ["preview", "action", "queue", "handler", "tenant", "request", "fingerprint",
                   "since", "until", "state", "priority", "id"]

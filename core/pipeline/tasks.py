@@ -291,7 +291,7 @@ def _free_slots(q: Any) -> int:
     """The task slots of the queue's live workers: the default chunking gives each a chunk
     (as many as the job's concurrency lets run at once)."""
     try:
-        now = introspect.now_ms(q)
+        now = q.now_ms()
         page = introspect.workers(q, limit=200)
     except Exception:
         return 1

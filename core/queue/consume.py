@@ -20,6 +20,9 @@ MAX_LEASE_MS = 86_400_000  # a day: a worker that needs longer renews
 MAX_MESSAGE_CHARS = 200
 MAX_LINE_CHARS = 300
 LOG_LINES = 20
+# How long a worker stopped by an operator stays marked so once it has exited (its supervisor
+# reads it when the process exits: seconds later at most).
+STOPPED_KEPT_MS = 3_600_000
 
 
 def check_lease_ms(lease_ms: object) -> int:
@@ -199,13 +202,33 @@ class Consumer(QueueBase):
             items, _ = pipe.execute()
         return [lease for item in items for lease in leases_from_reply(orjson.loads(item))]
 
-    def unregister(self, worker: str) -> None:
-        """Remove a worker from the registry (on clean exit)."""
+    def unregister(self, worker: str, *, stopped: bool = False) -> None:
+        """Remove a worker from the registry (on clean exit). stopped=True: it exits because
+        an operator stopped it (control_worker): its entry is left, out of the registry, as
+        {control: stop} for STOPPED_KEPT_MS, so that its supervisor does not start it again
+        (worker_control() says "stop")."""
         with translated("unregister"):
-            pipe = self.redis.pipeline(transaction=False)
+            key = self.keys.worker(worker)
+            pipe = self.redis.pipeline(transaction=stopped)
             pipe.zrem(self.keys.workers, worker)
-            pipe.delete(self.keys.worker(worker))
+            pipe.delete(key)
+            if stopped:
+                pipe.hset(key, "control", "stop")
+                pipe.pexpire(key, STOPPED_KEPT_MS)
             pipe.execute()
+
+    def forget_control(self, worker: str) -> None:
+        """Drop what an operator asked of an earlier process of this name (a quiet it did not
+        live to see resumed, a stop it obeyed): a worker calls it as it starts."""
+        with translated("forget control"):
+            self.redis.hdel(self.keys.worker(worker), "control", "control_by", "control_ms")
+
+    def worker_control(self, worker: str) -> str:
+        """What an operator asked of `worker` (Operator.control_worker): "quiet", "stop" or
+        "" (nothing, or resumed). Read by the worker at every heartbeat, and by a supervisor
+        deciding whether to start an exited worker again."""
+        with translated("worker control"):
+            return str(self.redis.hget(self.keys.worker(worker), "control") or "")
 
 
 def progress_number(value: object, name: str) -> str:

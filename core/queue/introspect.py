@@ -11,7 +11,7 @@ import redis
 from . import registry
 from .base import int_in
 from .client import Queue, translated
-from .keys import MAX_TASK_ID, validate_id, validate_task_id
+from .keys import GROUP, MAX_TASK_ID, validate_id, validate_task_id
 from .models import (
     STATES,
     DeadLetter,
@@ -65,13 +65,6 @@ class QueueStats:
             "scheduled": self.scheduled,
             "due_next_hour": self.due_next_hour,
         }
-
-
-def now_ms(q: Queue) -> int:
-    """The Redis server's clock, in ms: the one leases and heartbeats are judged by."""
-    with translated("time"):
-        sec, usec = _r(q).time()
-    return int(sec) * 1000 + int(usec) // 1000
 
 
 def queues(client: Any, *, prefix: str = "qa") -> list[str]:
@@ -196,7 +189,7 @@ def pending(q: Queue, request_id: str, *, after: str = "-", count: int = 50) -> 
         return []  # nothing can come after it (Redis refuses the exclusive range)
     with translated("pending"):
         try:
-            rows = _r(q).xpending_range(q.keys.tasks(rid), "g", start, "+", count)
+            rows = _r(q).xpending_range(q.keys.tasks(rid), GROUP, start, "+", count)
         except redis.ResponseError as exc:
             if "NOGROUP" not in str(exc):
                 raise
@@ -307,6 +300,59 @@ def task_payloads(q: Queue, request_id: str, task_ids: list[str]) -> dict[str, s
     return {tid: fields.get("p", "") for rows in replies for tid, fields in rows}
 
 
+def first_payloads(q: Queue, request_id: str, n: int) -> list[tuple[str, str]]:
+    """The request's first `n` tasks: (task id, payload JSON text)."""
+    validate_id(request_id, "request id")
+    with translated("task payloads"):
+        rows = _r(q).xrange(q.keys.tasks(request_id), "-", "+", count=int_in(n, "n", 1,
+                                                                                MAX_PAGE))
+    return [(eid, fields.get("p", "")) for eid, fields in rows]
+
+
+def requests_many(q: Queue, request_ids: list[str]) -> dict[str, RequestInfo]:
+    """These requests as Redis has them (one round trip); those it no longer has are left
+    out."""
+    ids = [validate_id(rid, "request id") for rid in request_ids]
+    if not ids:
+        return {}
+    pipe = _r(q).pipeline(transaction=False)
+    for rid in ids:
+        pipe.hgetall(q.keys.request(rid))
+    with translated("requests"):
+        hashes = pipe.execute()
+    return {rid: RequestInfo.from_hash(rid, h) for rid, h in zip(ids, hashes, strict=True) if h}
+
+
+def events_since(q: Queue, since_ms: int, *, count: int = 1000) -> list[tuple[str, dict[str, str]]]:
+    """The queue's lifecycle events (its capped `events` stream) from `since_ms` on, oldest
+    first, at most `count`: (entry id, fields)."""
+    with translated("events"):
+        rows = _r(q).xrange(q.keys.events, max(0, int(since_ms)), "+",
+                            count=int_in(count, "count", 1, 100_000))
+    return [(eid, dict(fields)) for eid, fields in rows]
+
+
+def heartbeat(q: Queue, worker: str) -> tuple[int | None, str | None]:
+    """A worker's last heartbeat (ms on the Redis clock; None: not registered) and its info
+    (JSON text as the worker wrote it, not trusted)."""
+    with translated("worker"):
+        beat, info = (_r(q).pipeline(transaction=False).zscore(q.keys.workers, worker)
+                      .hget(q.keys.worker(worker), "info").execute())
+    return (None if beat is None else int(beat)), info
+
+
+def dead_letters_present(q: Queue, entry_ids: list[str]) -> int:
+    """How many of these dead letters are still in the queue's dead-letter stream."""
+    ids = [validate_task_id(i) for i in entry_ids]
+    if not ids:
+        return 0
+    pipe = _r(q).pipeline(transaction=False)
+    for i in ids:
+        pipe.xrange(q.keys.dead, i, i, count=1)
+    with translated("dead letters"):
+        return sum(1 for rows in pipe.execute() if rows)
+
+
 def dead_letters(q: Queue, *, before: str | None = None, count: int = 50) -> list[DeadLetter]:
     """A page of dead letters, newest first; pass the last id as `before` for the next."""
     top = "+" if before is None else f"({before}"
@@ -339,24 +385,35 @@ def workers(q: Queue, *, after: PageCursor | None = None, limit: int = 50) -> Pa
         rows, cursor = _page(q, q.keys.workers, after, limit)
         pipe = _r(q).pipeline(transaction=False)
         for name, _ in rows:
-            pipe.hget(q.keys.worker(name), "info")
+            pipe.hmget(q.keys.worker(name), "info", "control")
         infos = pipe.execute()
-    items = [_worker(name, score, info) for (name, score), info in zip(rows, infos, strict=True)]
+    items = [_worker(name, score, info, control or "")
+             for (name, score), (info, control) in zip(rows, infos, strict=True)]
     return Page(items, cursor)
 
 
-def _worker(name: str, score: int, text: str | None) -> WorkerInfo:
+def worker(q: Queue, name: str) -> WorkerInfo | None:
+    """One registered worker's entry, or None if `name` is not in the queue's registry."""
+    validate_id(name, "worker name")
+    with translated("worker"):
+        score, (info, control) = (_r(q).pipeline(transaction=False)
+                                  .zscore(q.keys.workers, name)
+                                  .hmget(q.keys.worker(name), "info", "control").execute())
+    return None if score is None else _worker(name, int(score), info, control or "")
+
+
+def _worker(name: str, score: int, text: str | None, control: str = "") -> WorkerInfo:
     """A registry entry as its worker wrote it: an entry that is not a JSON object (another
     client's, a broken writer's) is kept as text, so one odd worker breaks no reader."""
     if not text:
-        return WorkerInfo(name, score, {})
+        return WorkerInfo(name, score, {}, control=control)
     try:
         info = json.loads(text)
     except ValueError:
         info = None
     if isinstance(info, dict):
-        return WorkerInfo(name, score, info)
-    return WorkerInfo(name, score, {}, text)
+        return WorkerInfo(name, score, info, control=control)
+    return WorkerInfo(name, score, {}, text, control=control)
 
 
 def drained(q: Queue) -> bool:
@@ -415,3 +472,93 @@ def due_within(q: Queue, ms: int) -> int:
     now = q.now_ms()
     with translated("due_within"):
         return int(_r(q).zcount(q.keys.scheduled, "-inf", now + ms))
+
+
+# -- leased tasks across a queue (the console's pending page) ------------------------------
+
+
+@dataclass(frozen=True)
+class LeasedEntry:
+    token: str  # <request>/<task>/<delivery>: what a claim or release of it names
+    request_id: str
+    task_id: str
+    delivery: int
+    expires_ms: int
+    consumer: str  # "" when the stream's entry is gone (acked meanwhile)
+    idle_ms: int | None  # since its last delivery; None with consumer ""
+    deliveries: int
+
+
+@dataclass(frozen=True)
+class LeasedPage:
+    now_ms: int
+    entries: list[LeasedEntry]
+    cursor: PageCursor | None  # the next page's, None on the last one
+    # each consumer's last heartbeat (ms; None: not registered) and its info text
+    heartbeats: dict[str, tuple[float | None, str | None]]
+
+
+def leased(q: Queue, *, after: PageCursor | None = None, limit: int = 50) -> LeasedPage:
+    """Every leased task of the queue, soonest expiry (longest overdue) first, a page after
+    `after`, with its pending-entry row and its consumer's heartbeat: three round trips
+    whatever the number of leases."""
+    n = int_in(limit, "limit", 1, MAX_PAGE)
+    k, r = q.keys, _r(q)
+    with translated("leased tasks"):
+        now = q.now_ms()
+        rows = _zpage_ascending(r, k.leases, after, n + 1)
+        page_rows, more = rows[:n], len(rows) > n
+        pipe = r.pipeline(transaction=False)
+        parsed: list[tuple[str, int, str, str, int]] = []
+        for token, score in page_rows:
+            rid, _, rest = token.partition("/")
+            tid, _, d = rest.partition("/")
+            parsed.append((token, int(score), rid, tid, int(d) if d.isdecimal() else 0))
+            pipe.xpending_range(k.tasks(rid), GROUP, tid, tid, 1)
+        pel = pipe.execute(raise_on_error=False)
+        consumers = sorted({p[0]["consumer"] for p in pel if isinstance(p, list) and p})
+        pipe = r.pipeline(transaction=False)
+        for c in consumers:
+            pipe.zscore(k.workers, c)
+            pipe.hget(k.worker(c), "info")
+        got = pipe.execute()
+    beats = {c: (got[2 * i], got[2 * i + 1]) for i, c in enumerate(consumers)}
+    entries = []
+    for (token, score, rid, tid, delivery), p in zip(parsed, pel, strict=True):
+        row = p[0] if isinstance(p, list) and p else None
+        entries.append(LeasedEntry(
+            token=token, request_id=rid, task_id=tid, delivery=delivery, expires_ms=score,
+            consumer=row["consumer"] if row else "",
+            idle_ms=int(row["time_since_delivered"]) if row else None,
+            deliveries=int(row["times_delivered"]) if row else delivery))
+    cursor = (PageCursor(int(page_rows[-1][1]), page_rows[-1][0])
+              if more and page_rows else None)
+    return LeasedPage(now, entries, cursor, beats)
+
+
+def _zpage_ascending(
+    r: Any, key: str, after: PageCursor | None, n: int
+) -> list[tuple[str, float]]:
+    """Up to `n` rows of a sorted set in ascending (score, member) order after the cursor.
+    When the cursor's row has gone (acked, renewed), rows sharing its score are skipped up to
+    its member (a batch leased in one call shares its expiry), read in batches so that a
+    crowded score costs only its own rows."""
+    if after is None:
+        return list(r.zrange(key, 0, n - 1, withscores=True))
+    # Usually the cursor's lease is still there with its expiry: read on from its rank (the
+    # read starts at the cursor's own row, trusted only if that row is still the cursor's).
+    rank = r.zrank(key, after.member)
+    if rank is not None:
+        rows = r.zrange(key, rank, rank + n, withscores=True)
+        if rows and rows[0][0] == after.member and int(rows[0][1]) == after.score:
+            return list(rows[1:])
+    out: list[tuple[str, float]] = []
+    offset, batch = 0, n + 16
+    while len(out) < n:
+        rows = r.zrange(key, after.score, "+inf", byscore=True, offset=offset, num=batch,
+                        withscores=True)
+        out += [(m, s) for m, s in rows if s > after.score or m > after.member]
+        if len(rows) < batch:
+            break
+        offset += batch
+    return out[:n]

@@ -15,6 +15,10 @@ _ID_PART_MAX = 2**64 - 1
 MAX_TASK_ID = f"{_ID_PART_MAX}-{_ID_PART_MAX}"  # the last stream entry id Redis can hold
 
 
+# The consumer group on every request's task stream (GROUP in lua/_common.lua).
+GROUP = "g"
+
+
 def validate_id(value: object, what: str) -> str:
     """Return `value` if it is a safe identifier, else raise InvalidInput saying why."""
     if not isinstance(value, str) or not _ID.fullmatch(value):

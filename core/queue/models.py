@@ -205,6 +205,7 @@ class WorkerInfo:
     last_beat_ms: int
     info: dict[str, Any]  # {} when its entry expired, or held no JSON object
     unreadable: str = ""  # the entry as written, when it is not a JSON object
+    control: str = ""  # what an operator asked of it: "quiet", "stop" or "" (control_worker)
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,11 +9,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from .base import QueueBase, int_in, translated
-from .errors import UnknownRequest, check_code
+from .errors import InvalidInput, UnknownRequest, check_code
 from .keys import validate_id, validate_task_id
 from .models import TERMINAL_STATES, Cancelled
 
 CHUNK = 1000  # ids per call into Redis: one call holds Redis for a few ms at most
+WORKER_COMMANDS = ("quiet", "stop", "resume")
 
 
 class Operator(QueueBase):
@@ -143,6 +144,21 @@ class Operator(QueueBase):
             released, cancelled = released + int(reply[0]), cancelled + int(reply[1])
             offset = int(reply[2])
         return released, cancelled
+
+    def control_worker(self, worker: str, command: str, by: str = "") -> tuple[bool, str]:
+        """Ask a registered worker to go "quiet" (take no new task, finish the running ones),
+        "stop" (quiet, then exit) or "resume" (take work again after a quiet); it acts at its
+        next heartbeat. Returns (whether this call changed the request, the worker's control
+        now: "quiet", "stop" or ""). A stop is final: a later quiet or resume changes nothing.
+        UnknownWorker if it is not registered in this queue."""
+        validate_id(worker, "worker name")
+        if command not in WORKER_COMMANDS:
+            raise InvalidInput(f"a worker control is one of {', '.join(WORKER_COMMANDS)}, "
+                               f"not {command!r}")
+        reply = self._run("control", [self._now(), worker, command, by],
+                          [self.keys.workers, self.keys.worker(worker)])
+        check_code(reply, f"worker {worker!r} of queue {self.name!r}")
+        return int(reply[0]) == 1, str(reply[1])
 
     def pause(self, by: str = "") -> bool:
         """Lease nothing from this queue until resume(); running tasks finish. Returns False

@@ -53,6 +53,7 @@ SCRIPT_NAMES = (
     "reclaim",
     "run_now",
     "progress",
+    "control",
 )
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
-from typing import Any
 
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
@@ -15,7 +14,6 @@ from core.console.paging import Paged, db_cursor, keyset, stream_cursor
 from core.console.queues import queue_from
 from core.models import DeadLetter, Request
 from core.queue import Queue, introspect
-from core.queue.client import translated
 from core.queue.errors import InvalidInput
 from core.queue.keys import validate_id
 from core.queue.models import (
@@ -72,14 +70,7 @@ class Row:
 
 def _live(queue: Queue, ids: list[str]) -> dict[str, RequestInfo]:
     """The Redis hashes of these requests (one round trip), those Redis still has."""
-    if not ids:
-        return {}
-    with translated("requests"):
-        pipe = queue.redis.pipeline(transaction=False)
-        for rid in ids:
-            pipe.hgetall(queue.keys.request(rid))
-        hashes = pipe.execute()
-    return {rid: RequestInfo.from_hash(rid, h) for rid, h in zip(ids, hashes, strict=True) if h}
+    return introspect.requests_many(queue, ids)
 
 
 @console_page
@@ -201,18 +192,8 @@ def _payloads(
     queue: Queue, rid: str, task_ids: list[str]
 ) -> tuple[dict[str, str], list[tuple[str, str]]]:
     """The payloads of these tasks, and of the request's first tasks (one round trip)."""
-    stream = queue.keys.tasks(rid)
-    r: Any = queue.redis
-    with translated("payloads"):
-        pipe = r.pipeline(transaction=False)
-        for tid in task_ids:
-            pipe.xrange(stream, tid, tid, count=1)
-        pipe.xrange(stream, "-", "+", count=PREVIEW_TASKS)
-        got = pipe.execute()
-    payloads = {tid: rows[0][1].get("p", "") for tid, rows in zip(task_ids, got, strict=False)
-                if rows}
-    preview = [(eid, fields.get("p", "")) for eid, fields in got[-1]]
-    return payloads, preview
+    return (introspect.task_payloads(queue, rid, task_ids),
+            introspect.first_payloads(queue, rid, PREVIEW_TASKS))
 
 
 @dataclass(frozen=True)
@@ -228,9 +209,7 @@ def _timeline(queue: Queue, row: Row, db: Request | None) -> list[Event]:
     recorded (creation, completions) where the stream has lost them."""
     created = row.created
     created_ms = created if isinstance(created, int) else int(created.timestamp() * 1000)
-    r: Any = queue.redis
-    with translated("timeline"):
-        rows = r.xrange(queue.keys.events, max(0, created_ms - 1), "+", count=TIMELINE_SCAN)
+    rows = introspect.events_since(queue, created_ms - 1, count=TIMELINE_SCAN)
     events = []
     for eid, f in rows:
         if f.get("request") != row.id:

@@ -78,6 +78,11 @@ class Worker:
     version: str
     stopping: bool
     tasks: list[Task]
+    quiet: bool = False  # it said so in its last beat (an operator's quiet)
+    control: str = ""  # what an operator asked of it: "quiet", "stop" or "" (see core.ops.workers)
+    rss_bytes: int | None = None
+    cpu_pct: float | None = None  # CPU time over the last minute, % of one core
+    util_pct: float | None = None  # busy slot time over the last minute, % of its slots
     held_here: int = 0  # its tasks of the page's queue: what "release its tasks" acts on
     unreadable: str = ""  # its heartbeat's entry, when that is not a JSON object
 
@@ -106,8 +111,25 @@ class Worker:
             processed=_int(info.get("processed")), failed=_int(info.get("failed")),
             running=_int(info.get("running")), version=_text(info.get("version")),
             stopping=bool(info.get("stopping")), tasks=tasks,
-            unreadable=_text(w.unreadable),
+            unreadable=_text(w.unreadable), quiet=info.get("quiet") is True,
+            control=w.control if w.control in ("quiet", "stop") else "",
+            rss_bytes=_int(info.get("rss")), cpu_pct=_pct(info.get("cpu")),
+            util_pct=_pct(info.get("util")),
         )
+
+    @property
+    def controllable(self) -> bool:
+        """Whether the control buttons apply: it beats (not gone) and is not stopping."""
+        return self.state != "gone" and not self.stopping and self.control != "stop"
+
+    @property
+    def quieted(self) -> bool:
+        """Quiet, or asked to be: Resume is the button then, not Quiet."""
+        return self.quiet or self.control == "quiet"
+
+    @property
+    def rss_text(self) -> str:
+        return "—" if self.rss_bytes is None else f"{self.rss_bytes / 2**20:,.0f} MiB"
 
 
 def dead_after_of(info: Any) -> int:
@@ -124,6 +146,13 @@ def _int(value: Any) -> int | None:
     except (TypeError, ValueError, OverflowError):
         return None
     return n if n is None or abs(n) < 2**63 else None
+
+
+def _pct(value: Any) -> float | None:
+    """A heartbeat's percentage, or None if it is not a finite number from 0 to 10,000."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if 0 <= value <= 10_000 else None
 
 
 def _text(value: Any) -> str:

@@ -32,6 +32,7 @@ from .heartbeat import Heartbeat, default_name
 from .held import Held
 from .outage import Outage
 from .registry import Registry, default_registry
+from .stats import Usage
 
 log = logging.getLogger("queueadmin.worker")
 
@@ -101,6 +102,13 @@ class Worker:
         self.outage = Outage()
         self.stopping = threading.Event()  # take no new work; finish what runs
         self.hard_stop = threading.Event()  # release everything now
+        # An operator's quiet (console, `manage.py worker quiet`): take no new work, finish
+        # what runs, until resumed. Slots wait on `_active`, which is set unless quiet.
+        self.quiet = threading.Event()
+        self._active = threading.Event()
+        self._active.set()
+        self.stopped_on_request = False  # an operator's stop: the supervisor leaves it stopped
+        self.usage = Usage(self.config.slots)
         self.processed = 0
         self.failed = 0
         self._inflight = 0  # leased or reserved by a slot, not yet finished (for --max-tasks)
@@ -118,7 +126,7 @@ class Worker:
         self.heartbeat = Heartbeat(
             worker=self.name, queues=queues, held=self.held, lease_ms=self.config.lease_ms,
             interval=self.config.dead_after / 5, reap_interval=1.0, info=self._info,
-            outage=self.outage,
+            outage=self.outage, control=self.control,
             # A queue on a test's injected clock cannot be renewed from another process.
             process=self.config.heartbeat == "process"
             and not any(q.has_injected_clock for q in queues),
@@ -143,6 +151,9 @@ class Worker:
         log.info("worker started worker=%s queues=%s slots=%d pid=%d dead_after=%.1fs handlers=%s",
                  self.name, ",".join(q.name for q in self.queues), self.config.slots,
                  os.getpid(), self.config.dead_after, ",".join(self.registry.names()))
+        for q in self.queues:  # a quiet or stop was for an earlier process of this name
+            with contextlib.suppress(*PASSING):
+                q.forget_control(self.name)
         self.heartbeat.start()
         # Before any lease: a worker that cannot run a task yet (its Spark not up) takes none,
         # so no task waits on it while another worker could run it.
@@ -179,8 +190,30 @@ class Worker:
         if not self.stopping.is_set():
             self.stopping.set()
             self._grace_deadline = time.monotonic() + self.config.grace
+        self._active.set()  # quiet slots wake up to see it and return
         if hard:
             self.hard_stop.set()
+
+    def control(self, wanted: str) -> None:
+        """What an operator asked of this worker, as its heartbeat read it from Redis:
+        "quiet" (take no new task, finish the running ones), "stop" (the same, then exit 0,
+        as on SIGTERM: running tasks get the grace time) or "" (take work again)."""
+        if self.stopping.is_set():
+            return
+        if wanted == "stop":
+            log.info("stop requested by an operator worker=%s: finishing running tasks (up "
+                     "to %.0fs), then exiting", self.name, self.config.grace)
+            self.stopped_on_request = True
+            self.stop()
+        elif wanted == "quiet" and not self.quiet.is_set():
+            log.info("quiet requested by an operator worker=%s: takes no new task; running "
+                     "ones finish", self.name)
+            self.quiet.set()
+            self._active.clear()
+        elif wanted == "" and self.quiet.is_set():
+            log.info("resumed by an operator worker=%s: takes tasks again", self.name)
+            self.quiet.clear()
+            self._active.set()
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         self._signals += 1
@@ -216,15 +249,16 @@ class Worker:
     def _unregister(self) -> None:
         for q in self.queues:
             with contextlib.suppress(RedisUnavailable):  # the entry expires by itself
-                q.unregister(self.name)
+                q.unregister(self.name, stopped=self.stopped_on_request)
 
     def _info(self) -> dict[str, Any]:
         return {
             "host": os.uname().nodename, "pid": os.getpid(), "slots": self.config.slots,
             "queues": [q.name for q in self.queues], "started": int(self._started),
             "processed": self.processed, "failed": self.failed, "running": self.held.count(),
-            "stopping": self.stopping.is_set(),
+            "stopping": self.stopping.is_set(), "quiet": self.quiet.is_set(),
             **({"waiting": self._waiting_for} if self._waiting_for else {}),
+            **self.usage.sample(),
         }
 
     def _wait_ready(self, handlers: list[str] | None = None, *, starting: bool = False) -> None:
@@ -262,8 +296,9 @@ class Worker:
     def _slot(self, slot: int) -> None:
         acks = self._acks[slot]
         batch = 1
+        quiet_seen = False
         while not self.hard_stop.is_set():
-            want = 0 if self.stopping.is_set() else self._reserve(batch)
+            want = 0 if self.stopping.is_set() or self.quiet.is_set() else self._reserve(batch)
             got: list[Lease] = []
             queue: Queue | None = None
             next_due = -1
@@ -300,6 +335,13 @@ class Worker:
                 self._unreserve(want)
                 if self.stopping.is_set():
                     return
+                if self.quiet.is_set():
+                    if not quiet_seen:  # offered no more handoffs; any handed over go back
+                        quiet_seen = True
+                        self._leave_idle()
+                    self._active.wait(self.config.idle_wait)
+                    continue
+                quiet_seen = False
                 if self.config.burst and self._drained():
                     log.info("burst: queues drained, slot %d done worker=%s", slot, self.name)
                     return
@@ -312,7 +354,11 @@ class Worker:
             if failed or queue is None:
                 continue  # Redis error: retry after the backoff
             started = time.perf_counter()
-            self._run_batch(queue, got, acks, sent)
+            self.usage.busy(slot)
+            try:
+                self._run_batch(queue, got, acks, sent)
+            finally:
+                self.usage.idle(slot)
             per_task = (time.perf_counter() - started) / len(got)
             if per_task < FAST_BATCH_S:
                 batch = min(batch * 2, self.config.prefetch)
@@ -397,7 +443,7 @@ class Worker:
         self.held.add(q.name, ctxs)
         self.heartbeat.beater.hold(q.name, ctxs)  # renewed from now on, whatever the handler does
         for i, ctx in enumerate(ctxs):
-            if self.stopping.is_set():
+            if self.stopping.is_set() or self.quiet.is_set():
                 # Prefetched tasks not started yet go back at once, not counted as attempts.
                 self._finish(q, ctxs[i:], q.release)
                 return
