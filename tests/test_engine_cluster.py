@@ -54,6 +54,8 @@ def test_every_operation_runs_on_a_cluster_and_queues_spread_over_shards(
         q.fail(b, "boom")
         c = q.dequeue("w", 1)[0]
         assert q.heartbeat("w", {"pid": 1}, [c]) == [1]
+        assert q.progress(c, done=1, total=2, message="half", lines=[(0, "hi")])
+        assert introspect.progress(q, "r")[0].message == "half"
         clock.advance(1001)
         assert [r.outcome for r in q.reap()] == ["dead"]
         assert q.requeue_request("r") == 2

@@ -29,6 +29,7 @@ from core.worker.context import Cancelled, TaskContext, Unavailable
 from core.worker.registry import handler
 
 from . import check, io, jobs, jvm, plan, spark, transforms
+from . import progress as spark_progress
 from .errors import DataJobError, JvmDied, explain, is_permanent, jvm_died, short
 from .spec import MANIFEST, SUCCESS, JobSpec, SpecError, is_local, written_by
 
@@ -123,7 +124,8 @@ def sparking(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext) -> Iterat
     tag = f"qa-{ctx.request_id}-{ctx.task_id}".replace(".", "-")
     try:
         with spark.cancellable(session, tag, lambda: ctx.cancelled or ctx.lost,
-                               pool=spark.job_pool(spec.job_id)):
+                               pool=spark.job_pool(spec.job_id)), \
+                spark_progress.reporting(session, tag, ctx.progress):
             yield session
     except (Cancelled, DataJobError, Unavailable):
         raise

@@ -10,11 +10,16 @@ from typing import Any, TypeVar
 import orjson
 
 from .base import QueueBase, int_in, leases_from_reply, translated
-from .errors import LeaseLost
+from .errors import InvalidInput, LeaseLost
 from .keys import validate_id
 from .models import FailOutcome, Lease, Reaped
 
 MAX_LEASE_MS = 86_400_000  # a day: a worker that needs longer renews
+# Progress reports (progress.lua keeps the last LOG_LINES lines of at most 64 tasks per
+# request): longer text is cut here, in characters, so the engine never splits a character.
+MAX_MESSAGE_CHARS = 200
+MAX_LINE_CHARS = 300
+LOG_LINES = 20
 # How long a worker stopped by an operator stays marked so once it has exited (its supervisor
 # reads it when the process exits: seconds later at most).
 STOPPED_KEPT_MS = 3_600_000
@@ -107,6 +112,32 @@ class Consumer(QueueBase):
             return []
         return [int(r) for r in self._run("extend", [self._now(), lease_ms, "", 0, "", *tokens])]
 
+    def progress(
+        self,
+        lease: Lease | str,
+        *,
+        done: float | None = None,
+        total: float | None = None,
+        message: str = "",
+        lines: Sequence[tuple[int, str]] = (),
+        worker: str = "",
+    ) -> bool:
+        """Record how far a leased task is (`done` of `total`, with `message`) and/or log
+        `lines` ((age in ms, text), oldest first), kept with its request until the request
+        expires. Returns False, writing nothing, when the lease is no longer held."""
+        token = lease.lease if isinstance(lease, Lease) else lease
+        reply = self._run("progress", [
+            self._now(), token, worker,
+            "" if done is None else progress_number(done, "done"),
+            "" if total is None or done is None else progress_number(total, "total"),
+            _cut(message, MAX_MESSAGE_CHARS),
+            orjson.dumps([[max(0, int(age)), _cut(text, MAX_LINE_CHARS)]
+                          for age, text in lines[-LOG_LINES:]]).decode() if lines else "",
+        ])
+        if reply == -9:
+            raise InvalidInput(f"progress of {token}: refused by the engine (invalid numbers)")
+        return bool(reply == 1)
+
     def release(self, leases: Sequence[Lease | str]) -> list[int]:
         """Give leases back unfinished, not counted as an attempt.
 
@@ -198,6 +229,22 @@ class Consumer(QueueBase):
         deciding whether to start an exited worker again."""
         with translated("worker control"):
             return str(self.redis.hget(self.keys.worker(worker), "control") or "")
+
+
+def progress_number(value: object, name: str) -> str:
+    """A progress count as JSON text the engine accepts: a finite number >= 0."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not (
+            0 <= value < 1e18):
+        raise InvalidInput(f"progress {name} must be a number from 0 (below 1e18), "
+                           f"got {value!r}")
+    if isinstance(value, int) or value.is_integer():
+        return str(int(value))
+    return f"{value:.6f}".rstrip("0").rstrip(".")
+
+
+def _cut(text: object, limit: int) -> str:
+    text = str(text)
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
 
 
 C = TypeVar("C", bound="Consumer")

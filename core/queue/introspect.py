@@ -15,10 +15,12 @@ from .keys import GROUP, MAX_TASK_ID, validate_id, validate_task_id
 from .models import (
     STATES,
     DeadLetter,
+    LogLine,
     Page,
     PageCursor,
     PendingEntry,
     RequestInfo,
+    TaskProgress,
     WorkerInfo,
 )
 
@@ -211,6 +213,76 @@ def pending(q: Queue, request_id: str, *, after: str = "-", count: int = 50) -> 
         )
         for r, e, m in zip(rows, expiries, revoked, strict=True)
     ]
+
+
+def progress(q: Queue, request_id: str) -> list[TaskProgress]:
+    """What the request's tasks last reported (ctx.progress, ctx.log), most recent first,
+    each marked running or not: at most the 64 tasks that reported last (the engine keeps no
+    more), so two round trips whatever the request's size."""
+    rid = validate_id(request_id, "request id")
+    with translated("progress"):
+        pipe = _r(q).pipeline(transaction=False)
+        pipe.hgetall(q.keys.progress(rid)).zrange(q.keys.progress_at(rid), 0, -1, desc=True,
+                                                  withscores=True)
+        fields, order = pipe.execute()
+        # Which of them are leased now: their pending entry's holder is a worker.
+        pipe = _r(q).pipeline(transaction=False)
+        for tid, _ in order:
+            pipe.xpending_range(q.keys.tasks(rid), "g", tid, tid, 1)
+        held = pipe.execute(raise_on_error=False) if order else []
+    running = {tid for (tid, _), rows in zip(order, held, strict=True)
+               if isinstance(rows, list) and rows and not rows[0]["consumer"].startswith("~")}
+    return [_progress(tid, fields.get(tid), fields.get(f"{tid}:log"), int(at), tid in running)
+            for tid, at in order]
+
+
+def task_progress(q: Queue, tasks: list[tuple[str, str]]) -> dict[tuple[str, str], TaskProgress]:
+    """The last progress of these (request id, task id) pairs, those that reported any (one
+    round trip): what the workers page shows of the tasks each worker says it runs (their
+    `running` is not looked up: False)."""
+    pairs = [(validate_id(rid, "request id"), validate_task_id(tid)) for rid, tid in tasks]
+    if not pairs:
+        return {}
+    with translated("task progress"):
+        pipe = _r(q).pipeline(transaction=False)
+        for rid, tid in pairs:
+            pipe.hmget(q.keys.progress(rid), [tid, f"{tid}:log"])
+            pipe.zscore(q.keys.progress_at(rid), tid)
+        got = pipe.execute()
+    out = {}
+    for i, (rid, tid) in enumerate(pairs):
+        (text, log), at = got[2 * i], got[2 * i + 1]
+        if at is not None:
+            out[(rid, tid)] = _progress(tid, text, log, int(at))
+    return out
+
+
+def _progress(tid: str, text: str | None, log: str | None, at: int,
+              running: bool = False) -> TaskProgress:
+    """One task's entry as the engine wrote it (progress.lua); an odd one reads as empty."""
+    p: Any = _json(text, dict) or {}
+    lines = _json(log, list) or []
+
+    def num(v: Any) -> float | None:
+        return v if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+    return TaskProgress(
+        task_id=tid, done=num(p.get("done")), total=num(p.get("total")),
+        message=str(p.get("msg") or ""), worker=str(p.get("worker") or ""), updated_ms=at,
+        log=tuple(LogLine(int(e[0]), str(e[1])) for e in lines
+                  if isinstance(e, list) and len(e) == 2 and num(e[0]) is not None),
+        running=running,
+    )
+
+
+def _json(text: str | None, kind: type) -> Any:
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, kind) else None
 
 
 def task_payloads(q: Queue, request_id: str, task_ids: list[str]) -> dict[str, str]:

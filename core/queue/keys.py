@@ -156,6 +156,15 @@ class QueueKeys:
         """Hash: a request's dead task -> the id of its entry in the dead stream."""
         return f"{self.base}req:{rid}:dead"
 
+    def progress(self, rid: str) -> str:
+        """Hash: a request's task -> its last progress (JSON), "<task>:log" -> its last log
+        lines (JSON); see progress.lua."""
+        return f"{self.base}req:{rid}:progress"
+
+    def progress_at(self, rid: str) -> str:
+        """Zset: a request's tasks that reported progress -> when they last did (ms)."""
+        return f"{self.base}req:{rid}:progress:at"
+
     def record(self, kind: str, rid: str) -> str:
         """An application's record of kind `kind` beside request `rid` (core.queue.records)."""
         return f"{self.base}{kind}:{rid}"

@@ -16,7 +16,13 @@ from core.models import DeadLetter, Request
 from core.queue import Queue, introspect
 from core.queue.errors import InvalidInput
 from core.queue.keys import validate_id
-from core.queue.models import STATES, TERMINAL_STATES, PendingEntry, RequestInfo
+from core.queue.models import (
+    STATES,
+    TERMINAL_STATES,
+    PendingEntry,
+    RequestInfo,
+    TaskProgress,
+)
 
 from .common import console_page, page
 
@@ -159,15 +165,19 @@ def request_detail(request: HttpRequest, queue_name: str, request_id: str) -> Ht
     pending: list[PendingEntry] = []
     payloads: dict[str, str] = {}
     preview: list[tuple[str, str]] = []
+    progress: list[TaskProgress] = []
     if live is not None:
         pending = introspect.pending(queue, request_id, after=after or "-", count=50)
         payloads, preview = _payloads(queue, request_id, [p.task_id for p in pending])
+        # Running tasks first, then those that finished (or wait to run again), newest first.
+        progress = sorted(introspect.progress(queue, request_id), key=lambda t: not t.running)
     letters = list(
         DeadLetter.objects.filter(queue=queue.name, request_id=request_id).order_by("-dead_at")[:20]
     )
     next_after = pending[-1].task_id if len(pending) == 50 else None
     context = {
         "row": row, "info": live, "db": db, "pending": pending, "payloads": payloads,
+        "progress": progress,
         "preview": preview, "letters": letters, "timeline": _timeline(queue, row, db),
         "next_after": next_after, "first_page": after is None,
         "lease_now_ms": queue.now_ms() if pending else 0,

@@ -12,12 +12,13 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 
+from core.conf import get_queue
 from core.console.paging import Paged, zset_cursor
-from core.console.queues import queue_from
+from core.console.queues import queue_from, queue_names
 from core.queue import introspect
 from core.queue.errors import InvalidInput
 from core.queue.keys import validate_id, validate_task_id
-from core.queue.models import WorkerInfo
+from core.queue.models import TaskProgress, WorkerInfo
 
 from .common import console_page, page
 
@@ -39,6 +40,7 @@ class Task:
     since_ms: int | None
     url: str | None = None
     held: str | None = None
+    progress: TaskProgress | None = None  # what it last reported (ctx.progress), if anything
 
     @classmethod
     def of(cls, entry: Any) -> Task:
@@ -168,9 +170,27 @@ def worker_list(request: HttpRequest) -> HttpResponse:
     workers = [Worker.of(w, now) for w in got.items]
     workers = [replace(w, held_here=sum(1 for t in w.tasks if t.queue == queue.name and t.held))
                for w in workers]
+    workers = _with_progress(workers)
     context = {
         "workers": workers,
         "paged": Paged(workers, str(got.cursor) if got.cursor else None, after is None),
         "counts": {s: sum(1 for w in workers if w.state == s) for s in ("alive", "stale", "gone")},
     }
     return page(request, "core/workers.html", queue, context, nav="workers")
+
+
+def _with_progress(workers: list[Worker]) -> list[Worker]:
+    """Each listed task with what it last reported: one round trip per queue named (a worker
+    may serve several), for the tasks whose ids are ids."""
+    wanted: dict[str, list[tuple[str, str]]] = {}
+    known = set(queue_names())
+    for w in workers:
+        for t in w.tasks:
+            if t.held and t.queue in known:
+                wanted.setdefault(t.queue, []).append((t.request_id, t.task_id))
+    if not wanted:
+        return workers
+    found = {(name, *key): p for name, pairs in wanted.items()
+             for key, p in introspect.task_progress(get_queue(name), pairs).items()}
+    return [replace(w, tasks=[replace(t, progress=found.get((t.queue, t.request_id, t.task_id)))
+                              for t in w.tasks]) for w in workers]

@@ -8,6 +8,8 @@ from typing import Any
 
 from core.queue import Lease, Queue, QueueadminError
 
+from .progress import Reporter
+
 
 class WorkerError(QueueadminError):
     """Root of what the worker runtime raises, and of what a handler raises to tell the worker
@@ -54,8 +56,8 @@ class TaskContext:
     """One running (or prefetched) task. The heartbeat sets `cancelled`, `lost`, `timed_out`
     and `valid_until`; the slot sets `deadline` and `time_limit` when the task starts."""
 
-    __slots__ = ("cancelled", "deadline", "finished", "lease", "lost", "queue", "time_limit",
-                 "timed_out", "valid_until", "worker")
+    __slots__ = ("_reporter", "cancelled", "deadline", "finished", "lease", "lost", "queue",
+                 "time_limit", "timed_out", "valid_until", "worker")
 
     def __init__(self, lease: Lease, queue: Queue, worker: str, valid_until: float = 0.0) -> None:
         self.lease = lease
@@ -70,6 +72,7 @@ class TaskContext:
         self.valid_until = valid_until
         self.deadline: float | None = None  # monotonic hard time limit, if any
         self.time_limit = 0.0  # the limit it came from (s), for the dead letter's message
+        self._reporter: Reporter | None = None  # made by the first progress() or log()
 
     @property
     def payload(self) -> Any:
@@ -121,6 +124,30 @@ class TaskContext:
         if not self.confirm():
             raise LeaseGone(f"task {self.task_id} of request {self.request_id} is no longer "
                             f"leased to worker {self.worker}")
+
+    def progress(self, done: float, total: float | None = None, message: str = "") -> None:
+        """Report how far the task is: `done` of `total` (None: unknown), with a short
+        `message` (200 characters kept), shown live on the console's request and workers
+        pages. Cheap to call often: at most one write every 0.5 s, the latest value kept
+        meanwhile and sent within a heartbeat, or when the handler returns. Ignored once
+        the lease is gone. InvalidInput for a negative or non-finite number."""
+        self._reports().progress(done, total, str(message))
+
+    def log(self, message: str) -> None:
+        """Add a line (300 characters kept) to the task's log on the request page, which
+        keeps its last 20 lines; written with progress, under the same rate limit."""
+        self._reports().line(str(message))
+
+    def flush_progress(self, *, due_only: bool = False) -> None:
+        """Send what progress() and log() keep back (the worker calls it when the handler
+        returns; the heartbeat with due_only, once the rate limit allows a write)."""
+        if self._reporter is not None:
+            self._reporter.flush(due_only=due_only)
+
+    def _reports(self) -> Reporter:
+        if self._reporter is None:
+            self._reporter = Reporter(self)
+        return self._reporter
 
     def __repr__(self) -> str:
         return f"<Task {self.queue.name}/{self.lease.lease} attempt={self.attempt}>"

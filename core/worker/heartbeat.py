@@ -87,6 +87,7 @@ class Heartbeat(threading.Thread):
                     self.beater.beat(self.held.snapshot, self._info(self.held.snapshot()))
                     registry.touch(self.queues)  # keeps the queues listed (console, mirror)
                     next_beat = now + self.interval
+                    self.flush_progress()
                 if now >= next_reap:
                     self.reap()
                     next_reap = now + self.reap_interval
@@ -115,6 +116,14 @@ class Heartbeat(threading.Thread):
         tasks.sort(key=lambda t: t["since"])
         return self.info() | {"dead_after_ms": self.lease_ms, "version": _version(),
                               "tasks": tasks[:MAX_LISTED_TASKS]}
+
+    def flush_progress(self) -> None:
+        """Send the progress running tasks keep back (rate limit): a handler that reported
+        and then went quiet is shown as it last said, within a beat."""
+        for ctxs in self.held.snapshot().values():
+            for ctx in ctxs:
+                if not ctx.finished:
+                    ctx.flush_progress(due_only=True)
 
     def read_control(self) -> str:
         """What an operator asks of this worker in any of its queues (the console and

@@ -508,7 +508,10 @@ class Worker:
             ctx.deadline, ctx.time_limit = time.monotonic() + limit, limit
             self.heartbeat.beater.started(q.name, ctx, limit)
         try:
-            fn(lease.payload, ctx)
+            try:
+                fn(lease.payload, ctx)
+            finally:
+                ctx.flush_progress()  # the last report, before the ack or fail ends the lease
         except Cancelled:
             log.info("task stopped: request cancelled queue=%s request=%s task=%s worker=%s",
                      q.name, ctx.request_id, ctx.task_id, self.name)

@@ -40,6 +40,13 @@
 --                                       while the holder may still run the task) -> their
 --                                       old expiry; see revoke()
 --   <p>:{Q}:claimto              hash   revoked lease -> the consumer it was claimed for
+--   <p>:{Q}:req:<rid>:progress   hash   a task's last progress "<task>" -> JSON {done, total,
+--                                       msg, worker, ts}, and its last log lines
+--                                       "<task>:log" -> JSON [[ts, line], ...] (progress.lua)
+--   <p>:{Q}:req:<rid>:progress:at zset  task -> its last progress write (ms): the request
+--                                       keeps the most recent PROGRESS_TASKS tasks' entries.
+--                                       The request's field "prog" says both keys exist, so
+--                                       a completion expires them with the request
 --
 -- Delayed requests (submit.lua with a due time): state "scheduled", hash fields "due_ms" and
 -- "due_state" (the state it takes when due: "open" until sealed, then "active"). Its tasks
@@ -134,6 +141,8 @@ local function req_key(rid) return PREFIX .. 'req:' .. rid end
 local function stream_key(rid) return PREFIX .. 'req:' .. rid .. ':tasks' end
 local function rel_key(rid) return PREFIX .. 'req:' .. rid .. ':rel' end
 local function deadmap_key(rid) return PREFIX .. 'req:' .. rid .. ':dead' end
+local function progress_key(rid) return PREFIX .. 'req:' .. rid .. ':progress' end
+local function progress_at_key(rid) return PREFIX .. 'req:' .. rid .. ':progress:at' end
 local function tenant_key(slot) return PREFIX .. 'tr:' .. slot end
 local function state_key(state) return PREFIX .. 'state:' .. state end
 local function handoff_key(consumer) return PREFIX .. 'handoff:' .. consumer end
@@ -154,7 +163,8 @@ local function sched_key(prio) return K_SCHED .. ':' .. prio end
 -- max_attempts and the backoff) are read when first used.
 local LEASE = {'state', 'tenant', 'handler', 'priority', 'concurrency', 'waiting', 'retry',
                'leased', 'lease_ms'}
-local LATE = {'delayed', 'done', 'dead', 'cancelled', 'retention_ms', 'discarded', 'then', 'rel'}
+local LATE = {'delayed', 'done', 'dead', 'cancelled', 'retention_ms', 'discarded', 'then', 'rel',
+              'prog'}
 local FIELDS, IS_LATE = {}, {retention_text = true}  -- LEASE, then LATE; which are LATE
 for i = 1, #LEASE do FIELDS[i] = LEASE[i] end
 for i = 1, #LATE do
@@ -172,7 +182,7 @@ local function set_late(h, v)
   for i = 1, #LATE do
     local f = LATE[i]
     if rawget(h, f) == nil then
-      if f == 'then' or f == 'rel' then
+      if f == 'then' or f == 'rel' or f == 'prog' then
         rawset(h, f, v[i])  -- text, absent from most hashes
       elseif f == 'retention_ms' then
         rawset(h, f, tonumber(v[i]))
@@ -188,7 +198,7 @@ end
 -- ones, read from its hash, each group at once.
 local REQ_META = {__index = function(h, f)
   if IS_LATE[f] then
-    if rawget(h, '_late') then return nil end  -- loaded: absent from the hash ('then', 'rel')
+    if rawget(h, '_late') then return nil end  -- loaded: absent ('then', 'rel', 'prog')
     set_late(h, redis.call('HMGET', req_key(h.id), unpack(LATE)))
     return rawget(h, f)
   end
@@ -224,7 +234,7 @@ local function load_req(rid, for_lease)
          delayed = tonumber(v[10]) or 0, done = tonumber(v[11]) or 0,
          dead = tonumber(v[12]) or 0, cancelled = tonumber(v[13]) or 0,
          retention_ms = tonumber(v[14]), retention_text = v[14],
-         discarded = tonumber(v[15]) or 0, ['then'] = v[16], rel = v[17],
+         discarded = tonumber(v[15]) or 0, ['then'] = v[16], rel = v[17], prog = v[18],
          _late = true, _elig = false, _state0 = v[1], _dirty = false, _moved = false}
   end
   setmetatable(h, REQ_META)
@@ -626,6 +636,10 @@ local function maybe_complete(h, now)
     redis.call('PEXPIRE', stream_key(h.id), ttl)
     redis.call('PEXPIRE', rel_key(h.id), ttl)
     redis.call('PEXPIRE', deadmap_key(h.id), ttl)
+  end
+  if h.prog then  -- a handler reported progress (progress.lua): kept as long as the request
+    redis.call('PEXPIRE', progress_key(h.id), ttl)
+    redis.call('PEXPIRE', progress_at_key(h.id), ttl)
   end
   if ttl == h.retention_ms and h.retention_text then
     redis.call('PEXPIRE', req_key(h.id), h.retention_text)  -- as stored: no number to write
