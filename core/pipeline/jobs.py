@@ -9,8 +9,9 @@ A job `J` is two requests of one queue, both run by the handler `datajob`:
   then its one task combines the parts, writes the manifest and `_SUCCESS`. The engine
   starts it exactly once, in the same atomic call that records `J`'s completion.
 
-The job's own record, a hash `<prefix>:{Q}:datajob:J`, holds the spec, the number of chunks,
-each chunk's report (rows in and out, seconds, attempt, worker) and, once done, the manifest.
+The job's own record (the engine's records of kind "datajob": records()) holds the spec, the
+number of chunks, each chunk's report (rows in and out, seconds, attempt, worker) and, once
+done, the manifest.
 """
 
 from __future__ import annotations
