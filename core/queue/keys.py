@@ -152,6 +152,10 @@ class QueueKeys:
         """Hash: a request's dead task -> the id of its entry in the dead stream."""
         return f"{self.base}req:{rid}:dead"
 
+    def results(self, rid: str) -> str:
+        """Hash: a request's task -> its handler's result (JSON); kept as long as the request."""
+        return f"{self.base}req:{rid}:results"
+
     def state_index(self, state: str) -> str:
         return f"{self.base}state:{state}"
 
