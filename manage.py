@@ -1,16 +1,8 @@
 #!/usr/bin/env python
-"""Django's command-line utility for administrative tasks."""
+"""Django's command-line utility in a checkout: the `queueadmin` command that an installed
+wheel puts on PATH (queueadmin/main.py)."""
 
-import os
-import sys
-
-
-def main() -> None:
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "queueadmin.settings")
-    from django.core.management import execute_from_command_line
-
-    execute_from_command_line(sys.argv)
-
+from queueadmin.main import main
 
 if __name__ == "__main__":
     main()

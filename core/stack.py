@@ -1,11 +1,12 @@
-"""`manage.py runstack` (what `make run` runs): the whole single-machine stack under one
-supervisor.
+"""`queueadmin runstack` (`manage.py runstack` in a checkout: what `make run` runs): the whole
+single-machine stack under one supervisor.
 
 Takes the lock of the data directory (one stack per QA_VAR_DIR), starts the project's own
 redis-server (unless REDIS_URL is set in the environment) and Spark Connect server (unless
 SPARK_REMOTE or SPARK_MASTER is set: core/pipeline/server.py), prepares the database, static
-files and the admin user while Spark starts, then runs the services (gunicorn, workers, the
-mirror) as child processes, each in its own session, and warms Spark with a first job.
+files and the admin user while Spark starts, then runs the services (gunicorn, workers, and
+`runservices`: the mirror, the bulk actions and the scheduler) as child processes, each in its
+own session, and warms Spark with a first job.
 Ctrl-C, SIGINT, SIGTERM or SIGHUP (to this process, or SIGINT to the `make` that started it)
 stops every child it started, by PID, services first, then Spark, Redis last, and exits 0; a
 child that dies on its own stops the rest and fails (a worker or Spark is started again).
@@ -173,7 +174,7 @@ class Stack:
             ChildSpec(
                 f"worker-{i}",
                 [
-                    sys.executable, "manage.py", "runworker", "--queue", "default",
+                    *command("runworker", "--queue", "default"),
                     "--grace", str(max(1.0, STOP_TIMEOUT_S - 3)), "--slots", str(self.slots),
                 ],
                 env=worker_env,
@@ -183,18 +184,15 @@ class Stack:
             for i in range(1, self.workers + 1)
         ]
         if self.spark_url:  # a first job, so that the user's first job finds Spark warm
-            specs.append(ChildSpec("spark-warmup", [sys.executable, "manage.py", "warmspark",
-                                                    "--url", self.spark_url], oneshot=True))
-        # The database's history of every queue in the registry (requests, dead letters,
-        # counter samples for the console's charts).
-        specs.append(ChildSpec("mirror", [sys.executable, "manage.py", "runmirror"]))
-        # The console's bulk actions (requeue, delete, cancel of a filter's snapshot), chunk
-        # by chunk: a web request only records them.
-        specs.append(ChildSpec("actions", [sys.executable, "manage.py", "runactions"]))
-        # Recurring schedules (issue 19). Any number of schedulers may run: a second one, on
-        # another machine, only takes over the slots of one that died.
-        specs.append(ChildSpec("scheduler", [sys.executable, "manage.py", "runscheduler"],
-                               restart=True))
+            specs.append(ChildSpec("spark-warmup", command("warmspark", "--url", self.spark_url),
+                                   oneshot=True))
+        # One process of three threads: the database's history of every queue in the registry
+        # (requests, dead letters, counter samples for the console's charts), the console's
+        # bulk actions (requeue, delete, cancel of a filter's snapshot, chunk by chunk: a web
+        # request only records them), and the recurring schedules (any number of schedulers
+        # may run: one on another machine only takes over the slots of one that died). As
+        # three processes they held 88 MiB each, mostly Python, Django and redis-py.
+        specs.append(ChildSpec("services", command("runservices"), restart=True))
         return specs
 
     def _lock_data_dir(self) -> DataDirLock:
@@ -291,9 +289,8 @@ class Stack:
         if not nycflights13.is_complete(sample):
             # In a process of its own: pandas would stay in this one's memory (0.2 GB) for
             # as long as the stack runs.
-            subprocess.run([sys.executable, "manage.py", "sampledata", "nycflights13", "--out",
-                            str(sample)], cwd=settings.BASE_DIR, check=True,
-                           stdout=subprocess.DEVNULL)
+            subprocess.run(command("sampledata", "nycflights13", "--out", str(sample)),
+                           env=self._child_env(), check=True, stdout=subprocess.DEVNULL)
             self.out.write(f"sample data (nycflights13) written to {sample}\n")
 
     def _ensure_admin(self) -> None:
@@ -339,14 +336,12 @@ class Stack:
         if spec.worker_queue is not None:
             worker_name = f"{socket.gethostname()}-{os.getpid()}-{spec.name}.{lives}"
             argv = [*argv, "--name", worker_name]
-        env = {**os.environ, "REDIS_URL": self.redis_url, **spec.env}
-        env.setdefault("DJANGO_SETTINGS_MODULE", "queueadmin.settings")
+        env = {**self._child_env(), **spec.env}
         # Each child in its own session: a terminal's Ctrl-C reaches only this supervisor, which
         # then stops the children one by one (workers first, Redis last), so workers get one
-        # SIGTERM and finish or release their tasks while Redis still answers.
-        process = subprocess.Popen(
-            argv, cwd=settings.BASE_DIR, env=env, start_new_session=True
-        )
+        # SIGTERM and finish or release their tasks while Redis still answers. In this process's
+        # working directory, so that paths in the environment mean the same to them.
+        process = subprocess.Popen(argv, env=env, start_new_session=True)
         if replacing is None:
             self.children.append(Child(spec.name, process, spec, worker_name=worker_name,
                                        lives=lives))
@@ -355,6 +350,16 @@ class Stack:
             replacing.started = time.monotonic()
             replacing.worker_name, replacing.lives = worker_name, lives
         self.out.write(f"{spec.name} (pid {process.pid}) started\n")
+
+    def _child_env(self) -> dict[str, str]:
+        """The environment of the services: this one, with the stack's Redis and data
+        directory, and the code this process runs first on the import path (a checkout's)."""
+        env = {**os.environ, "REDIS_URL": self.redis_url, "QA_VAR_DIR": str(self.var_dir)}
+        env.setdefault("DJANGO_SETTINGS_MODULE", "queueadmin.settings")
+        if settings.CODE_PATH:
+            env["PYTHONPATH"] = os.pathsep.join(
+                p for p in (settings.CODE_PATH, env.get("PYTHONPATH", "")) if p)
+        return env
 
     def _announce(self) -> None:
         shown_host = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
@@ -496,6 +501,13 @@ class Stack:
                     f"cannot use {host}:{port} for {what}: {exc.strerror}{extra}. "
                     "Stop what uses it, or choose another port."
                 ) from exc
+
+
+def command(*args: str) -> list[str]:
+    """The command line of `queueadmin <args>` in a child process: this interpreter running the
+    package (`-m queueadmin`), from a checkout or a wheel alike; -P keeps the working directory
+    off its import path, so that a `core` package there cannot stand in for the project's."""
+    return [sys.executable, "-P", "-m", "queueadmin", *args]
 
 
 class MakeParent:

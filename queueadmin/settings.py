@@ -11,11 +11,13 @@ ALLOWED_HOSTS  comma-separated (default localhost,127.0.0.1)
 HOST, PORT     where `runstack` serves the console (default 127.0.0.1:8000)
 QA_ADMIN_PASSWORD  password `runstack` gives the "admin" user (default: generated, kept in
                var/admin_password)
-QA_VAR_DIR     where local state lives (default var/ in the checkout)
+QA_VAR_DIR     where local state lives (default: var/ in the checkout; installed from a wheel,
+               var/ in the current directory)
 QA_REDIS_PORT  port of the embedded redis-server (default 6390)
 QA_REDIS_FSYNC appendfsync of the embedded redis-server: always (default) or everysec
 QA_HANDLER_MODULES  comma-separated modules whose import registers task handlers, loaded by
-               every `runworker` (besides core.worker.builtins)
+               every `runworker` (besides core.worker.builtins and, for data jobs,
+               core.pipeline.tasks)
 METRICS_TOKEN  bearer token that /metrics requires (unset: /metrics answers 404)
 QA_SECURE_COOKIES  "1": session and CSRF cookies only over HTTPS even when Django sees plain
                HTTP (behind a TLS proxy that sets no X-Forwarded-Proto); they are Secure
@@ -58,10 +60,36 @@ from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
+# Where the queueadmin and core packages are: a checkout, or site-packages when installed.
 BASE_DIR = Path(__file__).resolve().parent.parent
-# Local state: SQLite database, secret key, admin password, embedded Redis data, static files.
-VAR_DIR = Path(os.environ.get("QA_VAR_DIR") or BASE_DIR / "var").resolve()
+# Run from a checkout (manage.py and pyproject.toml beside the packages), not from a wheel.
+SOURCE_CHECKOUT = (BASE_DIR / "manage.py").is_file() and (BASE_DIR / "pyproject.toml").is_file()
+# Where the project's own child processes (the stack's services, Spark's Python workers) must
+# import it from, ahead of anything else: the checkout (not an editable install of another
+# one); nothing extra when installed.
+CODE_PATH = str(BASE_DIR) if SOURCE_CHECKOUT else ""
+# Local state: SQLite database, secret key, admin password, embedded Redis data, static files,
+# Spark's scratch and jar, sample data. A checkout's own var/; installed, the current
+# directory's (never site-packages).
+VAR_DIR = Path(os.environ.get("QA_VAR_DIR")
+               or (BASE_DIR if SOURCE_CHECKOUT else Path.cwd()) / "var").resolve()
+if not (SOURCE_CHECKOUT or os.environ.get("QA_VAR_DIR")) and (
+        str(VAR_DIR) == "/var" or VAR_DIR.is_relative_to(BASE_DIR)):
+    # Run from / (a service manager's default working directory) the default would be the
+    # system's /var, whose mode `runstack` makes its user's only; or it would be inside
+    # site-packages, which the next upgrade replaces.
+    raise ImproperlyConfigured(
+        f"queueadmin keeps its state in ./var, here {VAR_DIR}: set QA_VAR_DIR to a directory "
+        "of its own, or run it from one")
+
+
+def _assets(name: str) -> Path:
+    """The console's templates/ or static/: inside the package when installed from a wheel
+    (setup.py maps them there), at the checkout's top level otherwise."""
+    packaged = Path(__file__).resolve().parent / name
+    return packaged if packaged.is_dir() else BASE_DIR / name
 
 
 def _env_flag(name: str) -> bool:
@@ -77,7 +105,12 @@ def _stored_secret_key(path: Path) -> str:
     when it makes it). Written to a temporary file and linked into place, so concurrent first
     starts (gunicorn workers) all end up with the one key."""
     if not path.exists():
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        try:
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ImproperlyConfigured(
+                f"cannot create QA_VAR_DIR={path.parent} ({exc.strerror}): run queueadmin from a "
+                "directory it may write in, or set QA_VAR_DIR (or SECRET_KEY)") from exc
         tmp = path.with_name(f".{path.name}.{os.getpid()}")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
@@ -106,7 +139,6 @@ EMBEDDED_REDIS = not os.environ.get("REDIS_URL")
 REDIS_URL = os.environ.get("REDIS_URL") or f"redis://127.0.0.1:{EMBEDDED_REDIS_PORT}/0"
 QUEUE_PREFIX = os.environ.get("QUEUE_PREFIX") or "qa"
 QUEUE_MAX_RESULT_BYTES = int(os.environ.get("QA_MAX_RESULT_BYTES") or "65536")
-QUEUEADMIN_HANDLER_MODULES = _env_list("QA_HANDLER_MODULES", "")
 
 # The data pipeline's Spark (core/pipeline/spark.py reads these when a worker makes its session;
 # neither SPARK_REMOTE nor SPARK_MASTER: the stack's own Connect server, core/pipeline/server.py).
@@ -114,6 +146,12 @@ SPARK_MASTER = os.environ.get("SPARK_MASTER", "").strip()
 SPARK_REMOTE = os.environ.get("SPARK_REMOTE", "").strip()
 SPARK_OFF = os.environ.get("QA_SPARK", "").strip().lower() == "off"
 EMBEDDED_SPARK = not (SPARK_REMOTE or SPARK_MASTER or SPARK_OFF)
+# The modules whose import registers task handlers (and data jobs' transforms), loaded by every
+# worker besides core.worker.builtins, and by `datajob submit` for transforms: the data jobs'
+# handler (unless QA_SPARK=off), then QA_HANDLER_MODULES. Nothing else is imported behind the
+# worker's back.
+QUEUEADMIN_HANDLER_MODULES = [*([] if SPARK_OFF else ["core.pipeline.tasks"]),
+                              *_env_list("QA_HANDLER_MODULES", "")]
 SPARK_CONNECT_PORT = int(os.environ.get("QA_SPARK_PORT") or "15390")
 SPARK_MEMORY = os.environ.get("QA_SPARK_MEMORY", "").strip() or "1g"
 # More chunks of one job at once than the embedded Spark has cores only makes each slower (a
@@ -183,7 +221,7 @@ WSGI_APPLICATION = "queueadmin.wsgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        "DIRS": [_assets("templates")],
         "APP_DIRS": True,  # template_partials swaps this for its own (cached) loaders
         "OPTIONS": {
             "context_processors": [
@@ -259,7 +297,7 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
-STATICFILES_DIRS = [BASE_DIR / "static"]
+STATICFILES_DIRS = [_assets("static")]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     # Compressed but not hashed: the manifest variant makes every template that uses

@@ -170,3 +170,33 @@ def test_a_mirror_killed_mid_batch_and_restarted_leaves_no_duplicate_or_missing_
     expected = redis_requests(live_queue)
     got = {r[0]: dict(zip(COMPARED, r[1:], strict=True)) for r in rows}
     assert got == expected
+
+
+def test_runservices_mirrors_and_fires_schedules_in_one_process_and_stops_on_sigterm(
+    live_queue: Queue, redis_server: RedisServer, prefix: str, tmp_path: Path,
+    database_url: str, wait_until: Any
+) -> None:
+    """The stack's one process for the mirror, the bulk actions and the scheduler: a schedule
+    declared in Redis fires (the scheduler thread) and its request reaches the database (the
+    mirror thread); SIGTERM stops all three threads and the process exits 0."""
+    from core.schedule.api import declare, every
+
+    live_queue.submit([1], request_id="before", handler="h")
+    declare(live_queue, every("tick", 1, handler="h", tasks=[1]))
+    env = _env(database_url, tmp_path, redis_server.url, prefix)
+    log = open(tmp_path / "services.log", "ab")  # noqa: SIM115 (closed below)
+    proc = subprocess.Popen([sys.executable, "manage.py", "runservices"], cwd=ROOT, env=env,
+                            stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: {"before"} < {r[0] for r in _rows(database_url)}
+                   and any(r[0].startswith("sched.tick.") for r in _rows(database_url)),
+                   60, "a fired slot's request in the database")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        log.close()
+    threads = (tmp_path / "services.log").read_text()
+    assert "Traceback" not in threads, threads

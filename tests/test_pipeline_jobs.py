@@ -132,3 +132,36 @@ def test_a_failing_chunk_says_which_and_why_and_a_requeue_finishes_the_job(
     assert st.manifest is not None and st.manifest["chunks"][2]["attempt"] == 1
     got = spark_session.read.parquet(spec.output)
     assertDataFrameEqual(got, spark_session.createDataFrame(df))
+
+
+def test_a_split_without_spark_still_fails_a_job_whose_sql_only_spark_refuses(
+    dq: Queue, spark_session: Any, flights_parquet: tuple[Path, pd.DataFrame], tmp_path: Path
+) -> None:
+    """Once a worker knows its Spark has the reader, a local Parquet input's split plans from
+    the footers alone: no schema is recorded, the job's output is the same, and a statement
+    that passes the submit's check but not Spark's analysis fails the job at its chunks, with
+    Spark's message."""
+    _, df = flights_parquet
+    path = tmp_path / "groups.parquet"
+    df.to_parquet(path, index=False, row_group_size=100)  # 6 row groups: cut between them
+    first = spec_for(tmp_path, path, sql=CHUNK_SQL, combine_sql=COMBINE_SQL, chunks=3,
+                     output=str(tmp_path / "first"), job_id="first")
+    assert run_job(dq, first).state == "done"  # the worker asked Spark about the reader
+    again = spec_for(tmp_path, path, sql=CHUNK_SQL, combine_sql=COMBINE_SQL, chunks=3,
+                     output=str(tmp_path / "again"), job_id="again")
+    st = run_job(dq, again, concurrency=2)
+    assert st.state == "done", st.failures
+    record = jobs.records(dq).all("again")
+    assert record["split"] == "row groups" and record["schema"] == ""
+    got = spark_session.read.parquet(again.output)
+    assertDataFrameEqual(got, spark_session.createDataFrame(by_pandas(df)), rtol=1e-9)
+
+    bad = spec_for(tmp_path, path, sql="SELECT carrier, month FROM chunk GROUP BY month",
+                   chunks=3, output=str(tmp_path / "bad"), job_id="bad")
+    st = run_job(dq, bad, max_attempts=3)
+    assert st.state == "failed"
+    assert st.failures and all("carrier" in f and "GROUP BY" in f.upper()
+                               for f in st.failures), st.failures
+    letters = introspect.request_dead_letters(dq, "bad")
+    assert letters and all(letter.attempts == 1 for letter in letters)  # permanent: no retry
+    assert not (Path(bad.output) / "_SUCCESS").exists()

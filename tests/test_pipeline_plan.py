@@ -98,7 +98,11 @@ def test_byte_ranges_cover_every_byte_once_across_files() -> None:
     (40 * MB, 4, 1),
     (100 * MB, 4, 4),  # worth sharing: a chunk per free slot
     (100 * MB, 1, 1),
+    (700 * MB, 2, 2),  # one wave: a chunk per slot, however big, up to CHUNK_BYTES
+    (plan.CHUNK_BYTES * 2, 2, 2),
     (plan.CHUNK_BYTES * 10, 2, 10),  # big: by size
+    (plan.CHUNK_BYTES * 3, 2, 4),  # ... in whole waves
+    (plan.CHUNK_BYTES * 5, 4, 8),
 ])
 def test_the_default_chunking_is_by_size_and_free_slots(work: int, slots: int,
                                                         want: int) -> None:
@@ -111,11 +115,11 @@ def test_chunks_or_rows_per_chunk_win_over_the_default(tmp_path: Path) -> None:
     common = {"job_id": "c", "input": str(data), "format": "parquet",
               "output": str(tmp_path / "out"), "sql": "SELECT * FROM chunk"}
     spec = make_spec(**common, chunks=7)
-    assert plan.chunk_count(spec, rows=10, work_bytes=10**12, free_slots=4) == 7
+    assert plan.chunk_count(spec, rows=10, work_bytes=10**12, slots=4) == 7
     spec = make_spec(**common, rows_per_chunk=3)
-    assert plan.chunk_count(spec, rows=10, work_bytes=1, free_slots=4) == 4
+    assert plan.chunk_count(spec, rows=10, work_bytes=1, slots=4) == 4
     spec = make_spec(**common)
-    assert plan.chunk_count(spec, rows=10, work_bytes=1, free_slots=4) == 1
+    assert plan.chunk_count(spec, rows=10, work_bytes=1, slots=4) == 1
 
 
 def test_footers_give_rows_and_the_bytes_of_the_columns_read(tmp_path: Path) -> None:

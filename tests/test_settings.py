@@ -104,3 +104,21 @@ def test_var_dir_and_secret_key_are_private_also_when_made_before(tmp_path: Path
     key.chmod(0o644)  # a key file from before it was kept private
     assert load(tmp_path)["secret_key"] == key.read_text().strip()
     assert key.stat().st_mode & 0o777 == 0o600
+
+
+def test_a_checkout_keeps_its_own_var_and_assets_from_any_directory(tmp_path: Path) -> None:
+    """Installed from a wheel, var/ is the current directory's (tests/test_packaging.py); a
+    checkout's settings keep using the checkout's var/, templates/ and static/ wherever
+    manage.py is run from."""
+    probe = ("import json, os; os.environ['DJANGO_SETTINGS_MODULE'] = 'queueadmin.settings'; "
+             "from django.conf import settings as s; print(json.dumps([str(s.VAR_DIR), "
+             "str(s.TEMPLATES[0]['DIRS'][0]), str(s.STATICFILES_DIRS[0]), s.CODE_PATH]))")
+    env = {k: v for k, v in os.environ.items() if k not in CONFIG_VARS}
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=tmp_path,
+        env={**env, "PYTHONPATH": str(ROOT), "SECRET_KEY": "not-kept"},
+        capture_output=True, text=True, timeout=60, check=True,
+    )
+    assert json.loads(done.stdout) == [str(ROOT / "var"), str(ROOT / "templates"),
+                                       str(ROOT / "static"), str(ROOT)]
+    assert not (tmp_path / "var").exists()

@@ -264,7 +264,7 @@ def test_sighup_stops_everything_as_sigint_does(
     (each in a session of its own) running."""
     stack = start_stack("--workers", "1", REDIS_URL=redis_server.url, QUEUE_PREFIX="stacktest")
     stack.wait_for_line(r"queueadmin is up")
-    children = [stack.pid_of("gunicorn"), stack.pid_of("worker-1"), stack.pid_of("mirror")]
+    children = [stack.pid_of("gunicorn"), stack.pid_of("worker-1"), stack.pid_of("services")]
 
     stack.process.send_signal(signal.SIGHUP)
 

@@ -22,7 +22,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from core.cli import command_errors
+from core.cli import CliError, command_errors
 from core.cli.due import Due, describe
 from core.conf import get_queue
 from core.queue import PayloadTooLarge, Queue, handlers, introspect
@@ -44,7 +44,7 @@ class SubmitOutcome:
     state: str  # after submit, or the final state when waited for
 
 
-class NotJSON(ValueError):
+class NotJSON(CliError, ValueError):
     """Python's json module takes NaN, Infinity and numbers too large for a float (1e999,
     read as Infinity); JSON has none of them, and the engine would send them as null."""
 

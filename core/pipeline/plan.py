@@ -15,10 +15,12 @@ sizes); each chunk task reads its own slice:
   it (Hadoop's line reader, through the project's Spark reader), parsed by Spark's own CSV and
   JSON parsers with the schema the split inferred.
 
-How many chunks by default: enough that Spark's fixed cost per chunk (0.2-0.3 s for a job in
-a warm session) stays under about a tenth of the chunk's work, and at least one per free slot
-of the queue's workers when the input is big enough to be worth sharing (CHUNK_BYTES,
-MIN_SHARED_BYTES below); `--chunks` or `--rows-per-chunk` override it.
+How many chunks by default: one per slot the job can use at once (the queue's live worker
+slots, capped by the job's concurrency) when the input is big enough to be worth sharing, so
+that the chunks run as one wave; more only past CHUNK_BYTES a chunk, and then whole waves of
+them. Chunks grow with the input, so Spark's fixed cost per chunk (0.2-0.3 s for a job in a
+warm session) and the waves' tails shrink against the work; `--chunks` or `--rows-per-chunk`
+override it.
 """
 
 from __future__ import annotations
@@ -30,12 +32,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .errors import PipelineError
 from .spec import MAX_CHUNKS, JobSpec, _matches, is_local, local_path
 
-# Input bytes (of the columns a job reads, for Parquet) per chunk by default: on this project's
-# 2-core machine a chunk of this size keeps Spark's fixed cost per chunk near a tenth of its
-# work (bench/bench_pipeline.py measures it; see docs/pipeline.md, "What a job costs").
-CHUNK_BYTES = 192 * 1024 * 1024
+# At most this many input bytes (of the columns a job reads, for Parquet) per chunk by default:
+# big enough that Spark's fixed cost is a few percent of a chunk's work (a chunk of this size
+# takes ~5 s on one core), small enough that a retried chunk redoes seconds, not minutes. With
+# 192 MB chunks, 161.7M rows were 14 chunks in 7 waves (bench/bench_pipeline.py; see
+# docs/pipeline.md, "What a job costs").
+CHUNK_BYTES = 1024 * 1024 * 1024
 # Below this, an input is one chunk whatever the free slots: sharing it would cost more in
 # fixed costs than it saves.
 MIN_SHARED_BYTES = 48 * 1024 * 1024
@@ -54,7 +59,7 @@ class InputFile:
         return sum(self.group_rows)
 
 
-class InputError(ValueError):
+class InputError(PipelineError, ValueError):
     """An input file that cannot be read as the job says; the message names it."""
 
 
@@ -119,21 +124,27 @@ def sizes(paths: list[str]) -> list[InputFile]:
     return [InputFile(p, os.path.getsize(p)) for p in paths]
 
 
-def default_chunks(work_bytes: int, free_slots: int) -> int:
-    """The default number of chunks for an input whose job reads `work_bytes`."""
-    n = -(-work_bytes // CHUNK_BYTES)
-    if work_bytes >= MIN_SHARED_BYTES:
-        n = max(n, min(free_slots, -(-work_bytes // (MIN_SHARED_BYTES // 2))))
+def default_chunks(work_bytes: int, slots: int) -> int:
+    """The default number of chunks for an input whose job reads `work_bytes` and can run on
+    `slots` worker slots at once: one wave of a chunk per slot (none smaller than half of
+    MIN_SHARED_BYTES), or whole waves of chunks of at most CHUNK_BYTES."""
+    if work_bytes < MIN_SHARED_BYTES:
+        return 1
+    slots = max(1, slots)
+    n = max(-(-work_bytes // CHUNK_BYTES),
+            min(slots, -(-work_bytes // (MIN_SHARED_BYTES // 2))))
+    if n > slots:
+        n = -(-n // slots) * slots  # whole waves: no slot idles through the last one
     return max(1, min(n, MAX_CHUNKS))
 
 
-def chunk_count(spec: JobSpec, *, rows: int | None, work_bytes: int, free_slots: int) -> int:
+def chunk_count(spec: JobSpec, *, rows: int | None, work_bytes: int, slots: int) -> int:
     """--chunks, else rows / --rows-per-chunk (when the rows are known), else by size."""
     if spec.chunks is not None:
         return spec.chunks
     if spec.rows_per_chunk is not None and rows is not None:
         return max(1, min(MAX_CHUNKS, -(-rows // spec.rows_per_chunk)))
-    return default_chunks(work_bytes, free_slots)
+    return default_chunks(work_bytes, slots)
 
 
 # -- Parquet -------------------------------------------------------------------------------

@@ -124,7 +124,7 @@ def env(base: dict[str, str] | None = None) -> dict[str, str]:
     out.update({
         "SPARK_HOME": str(spark_home()), "SPARK_LOCAL_IP": "127.0.0.1",
         "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
-        "PYTHONPATH": os.pathsep.join(p for p in (str(settings.BASE_DIR),
+        "PYTHONPATH": os.pathsep.join(p for p in (settings.CODE_PATH,
                                                   out.get("PYTHONPATH", "")) if p),
         # glibc gives each of the JVM's many threads an arena of its own; two keep its native
         # memory (and so its RSS) down by a couple of hundred megabytes.

@@ -77,7 +77,7 @@ def _spec_of(payload: dict[str, Any], ctx: TaskContext) -> JobSpec:
     raw = payload.get("spec")
     if raw is None:
         job = str(payload.get("job", ""))
-        text = ctx.queue.redis.hget(jobs.record_key(ctx.queue, job), "spec")
+        text = jobs.records(ctx.queue).get(job, "spec")
         if text is None:
             raise DataJobError(f"task of data job {job!r}: the job's record is gone (expired "
                                "after 7 days): submit the job again", permanent=True)
@@ -160,42 +160,62 @@ def _transform(session: SparkSession, spec: JobSpec, df: DataFrame,
 
 def split(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext,
           statements: check.Statements) -> None:
-    """Analyse the job's statements on Spark (a statement Spark refuses fails here, once, not
-    in every chunk), plan the chunks from the input's metadata (plan.py), add one chunk task
-    per chunk to the request, then seal it. A retry skips the chunks already added and keeps
-    the plan its first run recorded."""
+    """Plan the chunks from the input's metadata (plan.py), add one chunk task per chunk to
+    the request, then seal it. A retry skips the chunks already added and keeps the plan its
+    first run recorded.
+
+    Spark analyses the job's statements here first (a statement Spark refuses fails here,
+    once, not in every chunk) and infers the input's schema for the chunks — except for a
+    local Parquet input cut by row groups once this worker knows its Spark has the project's
+    reader: that plan needs only the footers, which the submit already checked the SQL
+    against, so the split costs no Spark round trip (0.2-0.5 s of a small job); a statement
+    only Spark's analysis refuses then fails the job at its chunks, with the same message."""
     started = time.monotonic()
-    q, key = ctx.queue, jobs.record_key(ctx.queue, spec.job_id)
+    q, rec = ctx.queue, jobs.records(ctx.queue)
     info = introspect.request(q, spec.job_id)
     added = max(0, (info.total if info else 1) - 1)  # tasks after the split itself
     listing = plan.list_input(spec)
     if listing is not None and not listing.files:
         raise DataJobError(f"the split of job {spec.job_id}: input {spec.input} holds no data "
                            "file (moved or deleted since the job was submitted?)")
-    with sparking(spec, payload, ctx) as session:
-        frame = io.read_input(session, spec, listing.files if listing else None,
-                              base=listing.base if listing else None)
-        if listing is None:  # remote: Spark lists the files
-            listing = plan.Listing(sorted(frame.inputFiles()))
-        # The input's schema (a CSV's or JSON's inferred once here, as Spark's own reader
-        # infers it, and given to every chunk).
-        schema_ddl = frame.schema.json()
-        result = _transform(session, spec, frame.limit(0), statements)
-        result_schema = result.schema  # Spark's analysis of --sql (or the transform)
-        parts_ddl = result_schema.json()
-        if statements.combine_sql is not None:
-            session.createDataFrame([], result_schema).createOrReplaceTempView("parts")
-            session.sql(statements.combine_sql.text).schema  # noqa: B018  (analysed here)
-        reader = jvm.available(session)
-    known = q.redis.hget(key, "plan")
+    known = rec.get(spec.job_id, "plan")
     if known:
         recorded = json.loads(known)
         reads, how, rows = recorded["reads"], recorded["how"], recorded["rows"]
     else:
-        reads, how, rows = _plan(spec, listing, statements, reader, _free_slots(q))
-        q.redis.hset(key, mapping={
+        slots = min(_free_slots(q), info.concurrency if info else 1)
+        target = spark.target_from_settings().description
+        reader = jvm.known_available(target)
+        planned = None
+        if reader and listing is not None and listing.base is None \
+                and spec.format == "parquet":
+            planned = _plan(spec, listing, statements, reader, slots)
+            if planned[1] != "row groups":
+                planned = None  # files or rows: the chunks read better with Spark's schema
+        fields: dict[str, Any] = {"schema": "", "parts_schema": ""}
+        if planned is None:
+            with sparking(spec, payload, ctx) as session:
+                frame = io.read_input(session, spec, listing.files if listing else None,
+                                      base=listing.base if listing else None)
+                if listing is None:  # remote: Spark lists the files
+                    listing = plan.Listing(sorted(frame.inputFiles()))
+                # The input's schema (a CSV's or JSON's inferred once here, as Spark's own
+                # reader infers it, and given to every chunk).
+                fields["schema"] = frame.schema.json()
+                result = _transform(session, spec, frame.limit(0), statements)
+                result_schema = result.schema  # Spark's analysis of --sql (or the transform)
+                fields["parts_schema"] = result_schema.json()
+                if statements.combine_sql is not None:
+                    session.createDataFrame([], result_schema).createOrReplaceTempView("parts")
+                    session.sql(statements.combine_sql.text).schema  # noqa: B018  (analysed)
+                reader = jvm.available_at(session, target)
+            assert listing is not None
+            planned = _plan(spec, listing, statements, reader, slots)
+        reads, how, rows = planned
+        assert listing is not None
+        rec.put(spec.job_id, {
             "chunks": len(reads), "rows": -1 if rows is None else rows, "split": how,
-            "schema": schema_ddl, "parts_schema": parts_ddl, "probe": listing.files[0],
+            "probe": listing.files[0], **fields,
             "plan": json.dumps({"reads": reads, "how": how, "rows": rows})})
     n = len(reads)
     for first in range(added, n, ADD_BATCH):
@@ -203,20 +223,22 @@ def split(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext,
         batch = range(first, min(n, first + ADD_BATCH))
         big = {k: reads[k] for k in batch if len(json.dumps(reads[k])) > INLINE_READ_BYTES}
         if big:
-            q.redis.hset(key, mapping={f"read:{k}": json.dumps(r) for k, r in big.items()})
+            rec.put(spec.job_id, {f"read:{k}": json.dumps(r) for k, r in big.items()})
         q.add(spec.job_id, [
             {"op": "chunk", "job": spec.job_id, "chunk": k,
              **({} if k in big else {"read": reads[k]})} for k in batch])
     with contextlib.suppress(RequestSealed):
         q.seal(spec.job_id)
-    log.info("split job=%s rows=%s chunks=%d by %s of %d file(s) in %.2fs", spec.job_id,
-             "?" if rows is None else f"{rows:,}", n, how, len(listing.files),
+    log.info("split job=%s rows=%s chunks=%d by %s of %s file(s) in %.2fs", spec.job_id,
+             "?" if rows is None else f"{rows:,}", n, how,
+             len(listing.files) if listing else "?",
              time.monotonic() - started)
 
 
 def _plan(spec: JobSpec, listing: plan.Listing, statements: check.Statements, reader: bool,
-          free_slots: int) -> tuple[list[dict[str, Any]], str, int | None]:
-    """The chunks' reads, how the input was cut, and its rows (None when not known)."""
+          slots: int) -> tuple[list[dict[str, Any]], str, int | None]:
+    """The chunks' reads, how the input was cut, and its rows (None when not known), for a job
+    that can run on `slots` worker slots at once."""
     local = is_local(spec.input)
     if spec.format == "parquet" and local:
         reads_cols = statements.sql.reads.get("chunk") if statements.sql and \
@@ -230,7 +252,7 @@ def _plan(spec: JobSpec, listing: plan.Listing, statements: check.Statements, re
                                f"deleted since the job was submitted?): {exc}") from exc
         rows = sum(f.rows for f in files)
         work = sum(sum(f.group_bytes) for f in files)
-        n = plan.chunk_count(spec, rows=rows, work_bytes=work, free_slots=free_slots)
+        n = plan.chunk_count(spec, rows=rows, work_bytes=work, slots=slots)
         if listing.base is not None:  # partition columns: whole files, read by Spark's reader
             by_path = {f.path: f for f in files}
             weighed = [plan.InputFile(f.path, sum(f.group_bytes)) for f in files]
@@ -246,7 +268,7 @@ def _plan(spec: JobSpec, listing: plan.Listing, statements: check.Statements, re
         return reads, how, rows
     files = plan.sizes(listing.files) if local else [plan.InputFile(f, 1) for f in listing.files]
     work = sum(f.size for f in files)
-    n = plan.chunk_count(spec, rows=None, work_bytes=work, free_slots=free_slots)
+    n = plan.chunk_count(spec, rows=None, work_bytes=work, slots=slots)
     if spec.format != "parquet" and local and reader and listing.base is None:
         return plan.range_reads(files, n), "byte ranges", None
     return plan.file_reads(files, n, listing.base), "files", None
@@ -264,9 +286,10 @@ def _groups_as_rows(read: dict[str, Any], files: list[plan.InputFile]) -> dict[s
 
 
 def _free_slots(q: Any) -> int:
-    """The task slots of the queue's live workers: the default chunking gives each a chunk."""
+    """The task slots of the queue's live workers: the default chunking gives each a chunk
+    (as many as the job's concurrency lets run at once)."""
     try:
-        now = int(q.redis.time()[0]) * 1000
+        now = introspect.now_ms(q)
         page = introspect.workers(q, limit=200)
     except Exception:
         return 1
@@ -294,11 +317,11 @@ def chunk(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext,
 
     k = int(payload["chunk"])
     started = time.monotonic()
-    q, key = ctx.queue, jobs.record_key(ctx.queue, spec.job_id)
+    rec = jobs.records(ctx.queue)
     read = payload.get("read")
-    record = {f: q.redis.hget(key, f) for f in ("schema", "probe")}
+    record = rec.get_many(spec.job_id, ("schema", "probe"))
     if read is None:
-        text = q.redis.hget(key, f"read:{k}")
+        text = rec.get(spec.job_id, f"read:{k}")
         if text is None:
             raise DataJobError(f"chunk {k} of job {spec.job_id}: its plan is missing from the "
                                "job's record (expired?)", permanent=True)
@@ -327,7 +350,7 @@ def chunk(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext,
     report = {"chunk": k, "rows_in": rows_in, "rows_out": rows_out,
               "seconds": round(time.monotonic() - started, 3), "attempt": ctx.attempt,
               "worker": ctx.worker}
-    q.redis.hset(key, f"chunk:{k}", json.dumps(report))
+    rec.put(spec.job_id, {f"chunk:{k}": json.dumps(report)})
     log.info("chunk job=%s chunk=%d rows_in=%s rows_out=%d attempt=%d in %.2fs", spec.job_id,
              k, "?" if rows_in is None else rows_in, rows_out, ctx.attempt, report["seconds"])
     return report
@@ -388,15 +411,14 @@ def combine(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext,
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructType
 
-    q, key = ctx.queue, jobs.record_key(ctx.queue, spec.job_id)
+    q = ctx.queue
     out = Path(spec.output)
     done = written_by(out)
     if done is not None and done.get("job") == spec.job_id:
-        _finish(spec, q, key, done)
+        _finish(spec, q, done)
         return {"rows_out": done["rows_out"]}
     started = time.monotonic()
-    rec = {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes)
-           else v) for k, v in q.redis.hgetall(key).items()}
+    rec = jobs.records(q).all(spec.job_id)
     n = int(rec["chunks"])
     reports = {int(f.split(":", 1)[1]): json.loads(v) for f, v in rec.items()
                if f.startswith("chunk:")}
@@ -446,7 +468,7 @@ def combine(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext,
     (staged_out / SUCCESS).write_text("")
     _replace_output(spec, out)
     os.rename(staged_out, out)
-    _finish(spec, q, key, manifest)
+    _finish(spec, q, manifest)
     log.info("combine job=%s chunks=%d rows_out=%d in %.2fs", spec.job_id, n, rows_out,
              manifest["combine_seconds"])
     return {"rows_out": rows_out}
@@ -468,7 +490,8 @@ def _replace_output(spec: JobSpec, out: Path) -> None:
                        "there (remove it, or submit with another --output)", permanent=True)
 
 
-def _finish(spec: JobSpec, q: Any, key: str, manifest: dict[str, Any]) -> None:
-    q.redis.hset(key, "manifest", json.dumps(manifest))
-    q.redis.expire(key, jobs.RECORD_TTL_S)
+def _finish(spec: JobSpec, q: Any, manifest: dict[str, Any]) -> None:
+    rec = jobs.records(q)
+    rec.put(spec.job_id, {"manifest": json.dumps(manifest)})
+    rec.keep_for(spec.job_id, jobs.RECORD_TTL_S)
     shutil.rmtree(spec.staging, ignore_errors=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -189,9 +189,12 @@ class Consumer(Results):
             pipe.execute()
 
 
+C = TypeVar("C", bound="Consumer")
+
+
 def wait_for_any(
-    queues: Sequence[Consumer], timeout: float, consumer: str | None = None
-) -> tuple[Consumer, list[Lease]] | None:
+    queues: Sequence[C], timeout: float, consumer: str | None = None
+) -> tuple[C, list[Lease]] | None:
     """Block until any queue has work or `timeout` seconds pass (None).
 
     Returns (queue, tasks handed to `consumer`) after a handoff, or (queue, []) after a plain
@@ -208,7 +211,7 @@ def wait_for_any(
             if (got := wait_for_any([q], share, consumer)) is not None:
                 return got
         return None
-    lists: dict[str, tuple[Consumer, bool]] = {}
+    lists: dict[str, tuple[C, bool]] = {}
     if consumer is not None:
         lists |= {q.keys.handoff(consumer): (q, True) for q in queues}
     lists |= {q.keys.wake: (q, False) for q in queues}

@@ -1,9 +1,26 @@
-"""One exception tree for the engine: everything it raises is a QueueError."""
+"""The root of the project's one exception tree, and the engine's subtree: everything the
+engine raises is a QueueError.
+
+    QueueadminError                   every exception the project raises
+    ├── QueueError                    the engine (core.queue), schedules (core.schedule)
+    ├── WorkerError                   the worker runtime and what handlers raise to steer it
+    ├── PipelineError                 data jobs (core.pipeline)
+    ├── OpsError                      operator actions (core.ops)
+    ├── CliError                      the commands' own refusals (core.cli)
+    ├── ConsoleError                  the console (core.console, core.views)
+    └── StackError                    the embedded stack (core.stack, core.redis_server)
+
+The engine is the bottom layer, so the root lives here; tests/test_exception_tree.py checks
+that every exception class of the project descends from its layer's root."""
 
 from __future__ import annotations
 
 
-class QueueError(Exception):
+class QueueadminError(Exception):
+    """Root of every exception the project raises."""
+
+
+class QueueError(QueueadminError):
     """Root of every error the engine raises."""
 
 

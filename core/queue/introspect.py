@@ -66,6 +66,13 @@ class QueueStats:
         }
 
 
+def now_ms(q: Queue) -> int:
+    """The Redis server's clock, in ms: the one leases and heartbeats are judged by."""
+    with translated("time"):
+        sec, usec = _r(q).time()
+    return int(sec) * 1000 + int(usec) // 1000
+
+
 def queues(client: Any, *, prefix: str = "qa") -> list[str]:
     """Every queue under `prefix` that a producer or worker has used, sorted by name; one
     command (the registry zset, see registry.py), never KEYS or SCAN."""
@@ -211,6 +218,22 @@ def pending(q: Queue, request_id: str, *, after: str = "-", count: int = 50) -> 
         )
         for r, e, m in zip(rows, expiries, revoked, strict=True)
     ]
+
+
+def task_payloads(q: Queue, request_id: str, task_ids: list[str]) -> dict[str, str]:
+    """The payloads (JSON text, as submitted) of these tasks of a request, in one pipelined
+    read; a task id the request does not hold is left out."""
+    validate_id(request_id, "request id")
+    ids = [validate_task_id(t) for t in task_ids]
+    if not ids:
+        return {}
+    stream = q.keys.tasks(request_id)
+    pipe = _r(q).pipeline(transaction=False)
+    for tid in ids:
+        pipe.xrange(stream, tid, tid)
+    with translated("task payloads"):
+        replies = pipe.execute()
+    return {tid: fields.get("p", "") for rows in replies for tid, fields in rows}
 
 
 def dead_letters(q: Queue, *, before: str | None = None, count: int = 50) -> list[DeadLetter]:

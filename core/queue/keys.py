@@ -156,6 +156,14 @@ class QueueKeys:
         """Hash: a request's task -> its handler's result (JSON); kept as long as the request."""
         return f"{self.base}req:{rid}:results"
 
+    def record(self, kind: str, rid: str) -> str:
+        """An application's record of kind `kind` beside request `rid` (core.queue.records)."""
+        return f"{self.base}{kind}:{rid}"
+
+    def record_index(self, kind: str) -> str:
+        """The records of kind `kind` by time (ms), so they are found without a scan."""
+        return f"{self.base}{kind}s"
+
     def state_index(self, state: str) -> str:
         return f"{self.base}state:{state}"
 

@@ -241,7 +241,8 @@ def client_from_spec(spec: tuple[Any, ...]) -> Any:
     if spec[0] == "cluster":
         from redis.cluster import ClusterNode, RedisCluster
 
-        return RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in spec[1]], **spec[2])
+        nodes = [ClusterNode(h, p) for h, p in spec[1]]  # type: ignore[no-untyped-call]
+        return RedisCluster(startup_nodes=nodes, **spec[2])
     return redis.Redis(connection_pool=redis.ConnectionPool(connection_class=spec[1], **spec[2]))
 
 

@@ -6,22 +6,27 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from core.queue import Lease, Queue
+from core.queue import Lease, Queue, QueueadminError
 
 
-class Cancelled(Exception):
+class WorkerError(QueueadminError):
+    """Root of what the worker runtime raises, and of what a handler raises to tell the worker
+    how to treat its task (Cancelled, LeaseGone, Permanent, Unavailable, TimeLimitExceeded)."""
+
+
+class Cancelled(WorkerError):
     """Raised by TaskContext.check() when the task's request was cancelled. The worker then
     releases the task without counting a failure."""
 
 
-class LeaseGone(Exception):
+class LeaseGone(WorkerError):
     """Raised by TaskContext.check() when this run no longer holds its lease (reaped, claimed
     or released by an operator): the task is to run again, so this run stops. The worker
     neither acks nor fails it; it tells Redis the run stopped, so that a task an operator
     released or claimed (kept from running again while this run may go on) moves on now."""
 
 
-class Permanent(Exception):
+class Permanent(WorkerError):
     """Raised by a handler for a failure that running the task again cannot fix (bad input,
     a statement that does not parse): the task goes to the dead letters at once, whatever
     attempts it has left. Any exception whose `permanent` attribute is true counts alike."""
@@ -29,13 +34,13 @@ class Permanent(Exception):
     permanent = True
 
 
-class Unavailable(Exception):
+class Unavailable(WorkerError):
     """Raised by a handler when something it needs is down (the Spark server it talks to): the
     task goes back to waiting at once, without counting an attempt, and the slot takes no more
     work until the handler's readiness check (Registry.register's `ready`) passes again."""
 
 
-class TimeLimitExceeded(Exception):
+class TimeLimitExceeded(WorkerError):
     """Raised by TaskContext.check() once the task has run past its hard time limit. The task
     has already been failed (retried or dead-lettered) by the heartbeat."""
 

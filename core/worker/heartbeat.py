@@ -102,7 +102,7 @@ class Heartbeat(threading.Thread):
         tasks it holds with when a beat first saw each (within dead-after / 5 of its lease)."""
         now = int(time.time() * 1000)
         seen, self._seen = self._seen, {}
-        tasks = []
+        tasks: list[dict[str, Any]] = []
         for queue, ctxs in held.items():
             for ctx in ctxs:
                 since = self._seen[ctx.lease.lease] = seen.get(ctx.lease.lease, now)

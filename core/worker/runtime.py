@@ -130,7 +130,7 @@ class Worker:
     def run(self) -> int:
         """Run until stopped; returns the exit code (0). In the main thread it handles SIGTERM
         and SIGINT until it returns (then the previous handlers are back)."""
-        previous: dict[int, Any] = {}
+        previous: dict[signal.Signals, Any] = {}
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 previous[sig] = signal.signal(sig, self._on_signal)
@@ -414,7 +414,7 @@ class Worker:
         """Never start a run on a lease that may be gone (e.g. the worker was paused past it):
         confirmed with Redis unless known to be held."""
         try:
-            held = self._retrying(ctx.confirm)
+            held = bool(self._retrying(ctx.confirm))
         except PASSING:
             held = False
         if not held:

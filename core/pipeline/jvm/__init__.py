@@ -26,6 +26,8 @@ import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..errors import PipelineError
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
@@ -35,7 +37,7 @@ JDK_HINT = "install a JDK: apt-get install openjdk-17-jdk-headless"
 ERROR_LINES = 20  # of javac's output, in a JarBuildError
 
 
-class JarBuildError(RuntimeError):
+class JarBuildError(PipelineError, RuntimeError):
     """The data source's jar could not be built (no JDK, or the sources do not compile)."""
 
 
@@ -168,13 +170,42 @@ _NOT_FOUND = ("DATA_SOURCE_NOT_FOUND", "ClassNotFoundException", "Failed to find
               "NoClassDefFoundError")
 
 
+_AVAILABLE: dict[str, bool] = {}
+
+
+def available_at(session: SparkSession, target: str) -> bool:
+    """available(session), remembered per worker process and Spark `target` (its address)
+    once Spark answered it: the question costs a failed analysis, 0.1 s or more, on every
+    split otherwise. An error that is no answer (the server went away) is asked again."""
+    known = _AVAILABLE.get(target)
+    if known is None:
+        answer = _ask(session)
+        if answer is None:
+            return True  # as available() says; the chunk's own read will tell
+        known = _AVAILABLE[target] = answer
+    return known
+
+
+def known_available(target: str) -> bool | None:
+    """What available_at() found for `target` in this process; None when not asked yet."""
+    return _AVAILABLE.get(target)
+
+
 def available(session: SparkSession) -> bool:
     """Whether `session`'s Spark has the data source (its jar on the classpath): the
     embedded server and classic sessions of the project do; a cluster's Connect server may
     not, and a job there reads whole files (or filters a file's rows) instead. Asked with a
     read of no slices, which the source itself refuses when it is there."""
+    answer = _ask(session)
+    return True if answer is None else answer
+
+
+def _ask(session: SparkSession) -> bool | None:
     try:
         _read(session, "text", []).schema  # noqa: B018  (analysis is the question)
     except Exception as exc:  # which error it is, is the answer
-        return not any(s in str(exc) for s in _NOT_FOUND)
+        text = str(exc)
+        if any(s in text for s in _NOT_FOUND):
+            return False
+        return True if "Slices" in text else None
     return True
