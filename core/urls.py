@@ -23,6 +23,8 @@ urlpatterns = [
     path("requests/", requests.request_list, name="requests"),
     path("scheduled/", scheduled.scheduled_list, name="scheduled"),
     path("requests/<str:queue_name>/<str:request_id>/", requests.request_detail, name="request"),
+    path("requests/<str:queue_name>/<str:request_id>/results/<str:task_id>/",
+         requests.result_detail, name="result"),
     path("schedules/", schedules.schedule_list, name="schedules"),
     path("schedules/preview/", schedules.schedule_preview, name="schedule_preview"),
     path("schedules/save/", schedules.schedule_save, name="schedule_save"),

@@ -2,6 +2,8 @@
 
 REDIS_URL      Redis for the queue (default: the project-managed redis-server on port 6390)
 QUEUE_PREFIX   prefix of every queue key (default "qa")
+QA_MAX_RESULT_BYTES  largest handler result a worker keeps, as JSON (default 65536); past it
+               the task is dead-lettered (docs/results.md)
 DATABASE_URL   any dj-database-url URL (default: SQLite in var/db.sqlite3; postgres://... works)
 SECRET_KEY     default: generated once and kept in var/secret_key, so sessions survive restarts
 DEBUG          "1" or "true" to turn on (default off)
@@ -136,6 +138,7 @@ EMBEDDED_REDIS_FSYNC = os.environ.get("QA_REDIS_FSYNC", "").strip() or "always"
 EMBEDDED_REDIS = not os.environ.get("REDIS_URL")
 REDIS_URL = os.environ.get("REDIS_URL") or f"redis://127.0.0.1:{EMBEDDED_REDIS_PORT}/0"
 QUEUE_PREFIX = os.environ.get("QUEUE_PREFIX") or "qa"
+QUEUE_MAX_RESULT_BYTES = int(os.environ.get("QA_MAX_RESULT_BYTES") or "65536")
 
 # The data pipeline's Spark (core/pipeline/spark.py reads these when a worker makes its session;
 # neither SPARK_REMOTE nor SPARK_MASTER: the stack's own Connect server, core/pipeline/server.py).

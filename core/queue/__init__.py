@@ -9,6 +9,7 @@ from .client import Queue
 from .errors import (
     InvalidInput,
     InvalidPayload,
+    InvalidResult,
     LeaseLost,
     NotLeased,
     PayloadTooLarge,
@@ -18,16 +19,20 @@ from .errors import (
     RedisUnavailable,
     RequestCancelled,
     RequestSealed,
+    ResultTooLarge,
     StateChanged,
     UnknownHandlerWarning,
     UnknownRequest,
     UnknownWorker,
 )
 from .models import Lease, RequestInfo, Submitted
+from .results import Completion
 
 __all__ = [
+    "Completion",
     "InvalidInput",
     "InvalidPayload",
+    "InvalidResult",
     "Lease",
     "LeaseLost",
     "NotLeased",
@@ -40,6 +45,7 @@ __all__ = [
     "RequestCancelled",
     "RequestInfo",
     "RequestSealed",
+    "ResultTooLarge",
     "StateChanged",
     "Submitted",
     "UnknownHandlerWarning",

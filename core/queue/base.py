@@ -17,6 +17,7 @@ from .models import Lease
 from .scripts import call, library, load
 
 MAX_PAYLOAD_BYTES = 64 * 1024
+MAX_RESULT_BYTES = 64 * 1024  # a handler's result, as JSON (results.py)
 
 
 def int_in(value: object, name: str, low: int, high: int | None = None) -> int:
@@ -50,6 +51,7 @@ class QueueBase:
         *,
         prefix: str = "qa",
         max_payload_bytes: int = MAX_PAYLOAD_BYTES,
+        max_result_bytes: int = MAX_RESULT_BYTES,
         clock: Callable[[], int] | None = None,
     ) -> None:
         if not client.get_connection_kwargs().get("decode_responses"):
@@ -58,6 +60,7 @@ class QueueBase:
         self.name = name
         self.keys = QueueKeys(prefix, name)
         self.max_payload_bytes = max_payload_bytes
+        self.max_result_bytes = int_in(max_result_bytes, "max_result_bytes", 1)
         # None: scripts read the Redis server's clock, so hosts with skewed clocks agree.
         self._clock = clock
         self._qkeys = self.keys.script_keys

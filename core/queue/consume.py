@@ -9,10 +9,11 @@ from typing import Any, TypeVar
 
 import orjson
 
-from .base import QueueBase, int_in, leases_from_reply, translated
+from .base import int_in, leases_from_reply, translated
 from .errors import InvalidInput, LeaseLost
 from .keys import validate_id
 from .models import FailOutcome, Lease, Reaped
+from .results import Results, lease_of
 
 MAX_LEASE_MS = 86_400_000  # a day: a worker that needs longer renews
 # Progress reports (progress.lua keeps the last LOG_LINES lines of at most 64 tasks per
@@ -32,7 +33,7 @@ def check_lease_ms(lease_ms: object) -> int:
     return int_in(lease_ms, "lease_ms", 100, MAX_LEASE_MS)
 
 
-class Consumer(QueueBase):
+class Consumer(Results):
     """Leases and finishes tasks; registers workers."""
 
     def ack_and_dequeue(
@@ -51,6 +52,7 @@ class Consumer(QueueBase):
         arrives while nothing else waits is then leased to it at once and pushed to its
         handoff list, which wait_for_any(..., consumer=...) returns (the consumer must then
         block there, and call leave_idle() when it stops).
+        Each of `acks` is a lease token, or an ack_entry() that carries the task's result.
         Returns (accepted flag per ack, new leases, ms until the next delayed task is due or
         -1; the last only when nothing was leased).
         """
@@ -71,15 +73,25 @@ class Consumer(QueueBase):
         validate_id(consumer, "consumer name")
         return self.ack_and_dequeue(consumer, int_in(count, "count", 1, 1000))[1]
 
-    def ack(self, lease: Lease | str) -> None:
-        """Mark a leased task done; raises LeaseLost if the lease is no longer held."""
-        token = lease.lease if isinstance(lease, Lease) else lease
+    def ack(self, lease: Lease | str, result: Any = None) -> None:
+        """Mark a leased task done, keeping `result` (JSON; None keeps nothing) with its
+        request; raises LeaseLost if the lease is no longer held (then nothing is kept), and
+        InvalidResult or ResultTooLarge before anything is sent."""
+        token = self.ack_entry(lease, result)
         if not self._dequeue_call("-", 0, [token], 0, False)[0][0]:
-            raise LeaseLost(f"lease {token} is no longer held")
+            raise LeaseLost(f"lease {lease_of(token)} is no longer held")
 
-    def ack_many(self, leases: Sequence[Lease | str]) -> list[bool]:
-        """Mark several tasks done; returns, per lease, whether it was still held."""
-        tokens = [x.lease if isinstance(x, Lease) else x for x in leases]
+    def ack_many(
+        self, leases: Sequence[Lease | str], results: Sequence[Any] | None = None
+    ) -> list[bool]:
+        """Mark several tasks done, with their `results` if given (one per lease, None for
+        none); returns, per lease, whether it was still held."""
+        if results is None:
+            tokens = [x.lease if isinstance(x, Lease) else x for x in leases]
+        elif len(results) != len(leases):
+            raise InvalidInput(f"{len(leases)} leases but {len(results)} results")
+        else:
+            tokens = [self.ack_entry(x, r) for x, r in zip(leases, results, strict=True)]
         out: list[bool] = []
         for i in range(0, len(tokens), 1000):  # Lua's unpack() has a limit
             out += self._dequeue_call("-", 0, tokens[i : i + 1000], 0, False)[0]

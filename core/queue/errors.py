@@ -37,6 +37,21 @@ class PayloadTooLarge(InvalidInput):
         self.size = size
 
 
+class InvalidResult(InvalidInput):
+    """A handler's return value cannot be kept as its task's result: not JSON-serialisable
+    (or NaN/Infinity, which JSON cannot hold). Failing the task again would fail the same
+    way, so the worker dead-letters it at once."""
+
+
+class ResultTooLarge(InvalidResult):
+    """A handler's result is larger, as JSON, than the queue's cap (`max_result_bytes`)."""
+
+    def __init__(self, message: str, *, size: int = 0, limit: int = 0) -> None:
+        super().__init__(message)
+        self.size = size
+        self.limit = limit
+
+
 class UnknownRequest(QueueError, LookupError):
     """No request with this id exists in this queue (never submitted, or expired)."""
 

@@ -23,6 +23,7 @@ from .models import (
     TaskProgress,
     WorkerInfo,
 )
+from .results import task_order
 
 MAX_PAGE = 1000  # rows per page
 PIPELINE_CHUNK = 500  # commands per pipelined round trip of the bulk reads
@@ -381,6 +382,43 @@ def request_dead_letters(q: Queue, request_id: str) -> list[DeadLetter]:
         pipe.xrange(q.keys.dead, did, did)
     return [DeadLetter.from_entry(eid, fields)
             for rows in pipe.execute() for eid, fields in rows]
+
+
+@dataclass(frozen=True)
+class ResultsPage:
+    """Some of a request's results: (task id, JSON text) in task order within the page."""
+
+    items: list[tuple[str, str]]
+    cursor: int  # where the next page starts (pass it back); 0 after the last page
+    total: int  # results the request keeps
+
+
+MAX_RESULTS_CURSOR = 2**64 - 1
+
+
+def results(q: Queue, request_id: str, *, cursor: int = 0, count: int = 50) -> ResultsPage:
+    """A page of a request's results (results.py), about `count` of them: an HSCAN cursor
+    over the request's own results hash, so a page costs its size however many it keeps.
+    Pages follow the hash's order; a small request's results come as one page."""
+    rid = validate_id(request_id, "request id")
+    int_in(cursor, "results cursor", 0, MAX_RESULTS_CURSOR)
+    int_in(count, "count", 1, MAX_PAGE)
+    key = q.keys.results(rid)
+    with translated("results"):
+        pipe = _r(q).pipeline(transaction=False)
+        pipe.hlen(key)
+        pipe.hscan(key, cursor, count=count)
+        total, (after, found) = pipe.execute()
+    return ResultsPage(sorted(found.items(), key=lambda kv: task_order(kv[0])), int(after),
+                       int(total))
+
+
+def result_text(q: Queue, request_id: str, task_id: str) -> str | None:
+    """One task's result as its JSON text, whole; None if it has none (yet, or any more)."""
+    rid = validate_id(request_id, "request id")
+    with translated("result"):
+        text = _r(q).hget(q.keys.results(rid), validate_task_id(task_id))
+    return None if text is None else str(text)
 
 
 def workers(q: Queue, *, after: PageCursor | None = None, limit: int = 50) -> Page[WorkerInfo]:

@@ -165,6 +165,10 @@ class QueueKeys:
         """Zset: a request's tasks that reported progress -> when they last did (ms)."""
         return f"{self.base}req:{rid}:progress:at"
 
+    def results(self, rid: str) -> str:
+        """Hash: a request's task -> its handler's result (JSON); kept as long as the request."""
+        return f"{self.base}req:{rid}:results"
+
     def record(self, kind: str, rid: str) -> str:
         """An application's record of kind `kind` beside request `rid` (core.queue.records)."""
         return f"{self.base}{kind}:{rid}"

@@ -6,18 +6,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal, overload
 
-from .base import QueueBase, int_in, translated
+from .base import int_in, translated
 from .errors import InvalidInput, UnknownRequest, check_code
 from .keys import validate_id, validate_task_id
 from .models import TERMINAL_STATES, Cancelled
+from .results import Completion, Results
 
 CHUNK = 1000  # ids per call into Redis: one call holds Redis for a few ms at most
 WORKER_COMMANDS = ("quiet", "stop", "resume")
 
 
-class Operator(QueueBase):
+class Operator(Results):
     """What an operator (or the console) does to requests and tasks."""
 
     def cancel(self, request_id: str) -> Cancelled:
@@ -183,9 +184,26 @@ class Operator(QueueBase):
             raise UnknownRequest(f"no request {rid!r} in queue {self.name!r}")
         return str(state)
 
-    def wait(self, request_id: str, timeout: float | None = None) -> str | None:
+    @overload
+    def wait(self, request_id: str, timeout: float | None = None, *,
+             results: Literal[False] = False) -> str | None: ...
+
+    @overload
+    def wait(self, request_id: str, timeout: float | None = None, *,
+             results: Literal[True]) -> Completion | None: ...
+
+    def wait(self, request_id: str, timeout: float | None = None, *,
+             results: bool = False) -> str | Completion | None:
         """Block until the request completes; returns done, failed or cancelled, or None on
-        timeout. A request that already completed returns at once."""
+        timeout. A request that already completed returns at once. With `results`, returns
+        Completion(state, results by task id): results are stored before the completion is,
+        so every finished task's is there."""
+        state = self._wait(request_id, timeout)
+        if state is None or not results:
+            return state
+        return Completion(state, self.result(request_id))
+
+    def _wait(self, request_id: str, timeout: float | None) -> str | None:
         rid = validate_id(request_id, "request id")
         deadline = None if timeout is None else time.monotonic() + timeout
         with translated("wait"):

@@ -20,11 +20,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.queue import Lease, LeaseLost, Queue, RedisReplyError, RedisUnavailable
+from core.queue import InvalidResult, Lease, LeaseLost, Queue, RedisReplyError, RedisUnavailable
 from core.queue.client import wait_for_any
 from core.queue.introspect import drained
 from core.queue.keys import validate_id
 from core.queue.models import FailOutcome
+from core.queue.results import lease_of
 
 from .acks import PendingAcks
 from .context import Cancelled, LeaseGone, TaskContext, TimeLimitExceeded, Unavailable
@@ -396,8 +397,9 @@ class Worker:
     def _settle(self, q: Queue, acked: list[str], accepted: list[bool]) -> None:
         if not acked:
             return
-        self.held.discard(q.name, acked)
-        for token, ok in zip(acked, accepted, strict=True):
+        tokens = [lease_of(a) for a in acked]  # an ack may carry its task's result
+        self.held.discard(q.name, tokens)
+        for token, ok in zip(tokens, accepted, strict=True):
             if not ok:
                 rid, tid, _ = token.split("/")
                 log.warning("ack refused queue=%s request=%s task=%s worker=%s: the lease was "
@@ -509,7 +511,7 @@ class Worker:
             self.heartbeat.beater.started(q.name, ctx, limit)
         try:
             try:
-                fn(lease.payload, ctx)
+                value = fn(lease.payload, ctx)
             finally:
                 ctx.flush_progress()  # the last report, before the ack or fail ends the lease
         except Cancelled:
@@ -536,8 +538,15 @@ class Worker:
             self._fail(q, ctx, f"{type(exc).__name__}: {exc}", traceback.format_exc(),
                        retry=not getattr(exc, "permanent", False))
         else:
+            try:
+                # Kept with the ack that finishes the task; checked now, so a result that
+                # cannot be kept fails the task (for good: a rerun would return the same).
+                ack = q.ack_entry(lease, value)
+            except InvalidResult as exc:
+                self._fail(q, ctx, f"{type(exc).__name__}: {exc}", "", retry=False)
+                return
             ctx.finished = True
-            acks.add(q.name, lease.lease)
+            acks.add(q.name, ack)
             self._done()
 
     def _fail(self, q: Queue, ctx: TaskContext, error: str, tb: str, *, retry: bool) -> None:

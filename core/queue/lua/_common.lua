@@ -21,6 +21,8 @@
 --   <p>:{Q}:req:<rid>:tasks      stream the request's tasks, consumer group "g"
 --   <p>:{Q}:req:<rid>:rel        hash   task -> deliveries that did not count as attempts
 --   <p>:{Q}:req:<rid>:dead       hash   task -> id of its entry in the dead stream
+--   <p>:{Q}:req:<rid>:results    hash   task -> its handler's result (JSON), written with its
+--                                       ack (store_result()); expires with the request
 --   <p>:{Q}:tr:<prio>:<tenant>   zset   eligible requests of one tenant at one priority -> seq
 --   <p>:{Q}:state:<state>        zset   request index by state -> time of entering it
 --   <p>:{Q}:done:<rid>           channel completion announcement
@@ -143,6 +145,7 @@ local function rel_key(rid) return PREFIX .. 'req:' .. rid .. ':rel' end
 local function deadmap_key(rid) return PREFIX .. 'req:' .. rid .. ':dead' end
 local function progress_key(rid) return PREFIX .. 'req:' .. rid .. ':progress' end
 local function progress_at_key(rid) return PREFIX .. 'req:' .. rid .. ':progress:at' end
+local function results_key(rid) return PREFIX .. 'req:' .. rid .. ':results' end
 local function tenant_key(slot) return PREFIX .. 'tr:' .. slot end
 local function state_key(state) return PREFIX .. 'state:' .. state end
 local function handoff_key(consumer) return PREFIX .. 'handoff:' .. consumer end
@@ -164,7 +167,7 @@ local function sched_key(prio) return K_SCHED .. ':' .. prio end
 local LEASE = {'state', 'tenant', 'handler', 'priority', 'concurrency', 'waiting', 'retry',
                'leased', 'lease_ms'}
 local LATE = {'delayed', 'done', 'dead', 'cancelled', 'retention_ms', 'discarded', 'then', 'rel',
-              'prog'}
+              'prog', 'res'}
 local FIELDS, IS_LATE = {}, {retention_text = true}  -- LEASE, then LATE; which are LATE
 for i = 1, #LEASE do FIELDS[i] = LEASE[i] end
 for i = 1, #LATE do
@@ -182,7 +185,7 @@ local function set_late(h, v)
   for i = 1, #LATE do
     local f = LATE[i]
     if rawget(h, f) == nil then
-      if f == 'then' or f == 'rel' or f == 'prog' then
+      if f == 'then' or f == 'rel' or f == 'prog' or f == 'res' then
         rawset(h, f, v[i])  -- text, absent from most hashes
       elseif f == 'retention_ms' then
         rawset(h, f, tonumber(v[i]))
@@ -235,6 +238,7 @@ local function load_req(rid, for_lease)
          dead = tonumber(v[12]) or 0, cancelled = tonumber(v[13]) or 0,
          retention_ms = tonumber(v[14]), retention_text = v[14],
          discarded = tonumber(v[15]) or 0, ['then'] = v[16], rel = v[17], prog = v[18],
+         res = v[19],
          _late = true, _elig = false, _state0 = v[1], _dirty = false, _moved = false}
   end
   setmetatable(h, REQ_META)
@@ -264,6 +268,31 @@ end
 local function write_rel(h, cmd, tid, v)
   redis.call(cmd, rel_key(h.id), tid, v)
   if not h.rel then set_field(h, 'rel', '1') end
+end
+
+-- Results (issue 20). An ack may carry its task's result: "<lease> <json>" (a lease holds no
+-- space; the client checks the JSON and its size). split_results() takes them off the acks in
+-- place and returns index -> result, or nil when no ack has one (one plain find per ack).
+local function split_results(acks)
+  local results
+  for i = 1, #acks do
+    local a = acks[i]
+    local sp = string.find(a, ' ', 1, true)
+    if sp then
+      results = results or {}
+      results[i] = string.sub(a, sp + 1)
+      acks[i] = string.sub(a, 1, sp - 1)
+    end
+  end
+  return results
+end
+
+-- Keep the result of task tid of request h, for an accepted ack only: a redelivered task's
+-- result replaces the earlier one. The request's field "res" says the key exists, so that its
+-- completion gives it the request's expiry (maybe_complete()) and a requeue keeps it.
+local function store_result(h, tid, result)
+  redis.call('HSET', results_key(h.id), tid, result)
+  if not h.res then set_field(h, 'res', '1') end
 end
 
 -- Add d to a counter of the request (written back by finish()).
@@ -643,8 +672,10 @@ local function maybe_complete(h, now)
   end
   if ttl == h.retention_ms and h.retention_text then
     redis.call('PEXPIRE', req_key(h.id), h.retention_text)  -- as stored: no number to write
+    if h.res then redis.call('PEXPIRE', results_key(h.id), h.retention_text) end
   else
     redis.call('PEXPIRE', req_key(h.id), ttl)
+    if h.res then redis.call('PEXPIRE', results_key(h.id), ttl) end
   end
   -- The index forgets requests whose hash has expired: once per call (finish()).
   local cutoff = now - ttl

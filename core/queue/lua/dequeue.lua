@@ -15,7 +15,7 @@ by priority and rotation: parked retries first (XCLAIM from
 (dispatch_idle()).
 
 KEYS[1..8] queue-level keys (see _common.lua)
-Derived:   req:<rid>, req:<rid>:tasks, req:<rid>:rel, tr:<prio>:<tenant>, state:<state>,
+Derived:   req:<rid>, req:<rid>:tasks, req:<rid>:rel, req:<rid>:results, tr:<prio>:<tenant>, state:<state>,
            done:<rid>, idle, handoff:<consumer>, delayed:<prio>, dprio, revoked, claimto
            (see _common.lua)
 
@@ -24,7 +24,9 @@ ARGV[4] lease_ms (0 = each request's own; a worker passes how soon it must be pr
 ARGV[5] idle handoff: "1" = if nothing is leased, register the consumer as idle, so that work
         arriving while it blocks on its handoff list is pushed there (see handoff() in
         _common.lua); any call with "1" first takes the consumer off the idle set
-ARGV[6..] leases to acknowledge
+ARGV[6..] leases to acknowledge, each alone or "<lease> <result JSON>": an accepted ack keeps
+        the task's result with its request (req:<rid>:results; split_results() and
+        store_result() in _common.lua), a refused one keeps nothing
 
 Returns {ack_results, next_due_ms, tasks}
   ack_results  one integer per lease: 1 acked, -1 lease not held
@@ -46,6 +48,7 @@ end
 local acks = {}
 if #ARGV >= 6 then
   local leases = {unpack(ARGV, 6)}
+  local results = split_results(leases)
   local scores = redis.call('ZMSCORE', K_LEASES, unpack(leases))
   local valid, seen, by_req, order = {}, {}, {}, {}
   for i, lease in ipairs(leases) do
@@ -62,6 +65,7 @@ if #ARGV >= 6 then
         order[#order + 1] = rid
       end
       tids[#tids + 1] = tid
+      if results and results[i] then store_result(load_req(rid), tid, results[i]) end
     else
       acks[i] = -1
       if rid and not score then end_revoked(lease, now, 'holder') end

@@ -7,8 +7,8 @@ Two forms:
 
 KEYS[1..8] queue-level keys (see _common.lua)
 KEYS[9], KEYS[10] request hash and task stream (form "request" only)
-Derived:   req:<rid>, req:<rid>:tasks|rel|dead|progress|progress:at, tr:<prio>:<tenant>,
-           state:<state>, delayed:<prio>, dprio
+Derived:   req:<rid>, req:<rid>:tasks|rel|dead|progress|progress:at|results,
+           tr:<prio>:<tenant>, state:<state>, delayed:<prio>, dprio
 
 ARGV[1] now (ms)
 
@@ -36,6 +36,7 @@ local function revive(h, tid, dead_id)
                         progress_key(h.id), progress_at_key(h.id)}) do
       redis.call('PERSIST', k)
     end
+    if h.res then redis.call('PERSIST', results_key(h.id)) end
     redis.call('HDEL', req_key(h.id), 'finished_ms')
     event('reopened', h.id)
   end
