@@ -51,6 +51,7 @@ class QueueBase:
         prefix: str = "qa",
         max_payload_bytes: int = MAX_PAYLOAD_BYTES,
         clock: Callable[[], int] | None = None,
+        metrics: bool = True,
     ) -> None:
         if not client.get_connection_kwargs().get("decode_responses"):
             raise InvalidInput("the Redis client must be made with decode_responses=True")
@@ -60,6 +61,9 @@ class QueueBase:
         self.max_payload_bytes = max_payload_bytes
         # None: scripts read the Redis server's clock, so hosts with skewed clocks agree.
         self._clock = clock
+        # Per-handler metrics (core/queue/metrics.py): False makes this client's acks, fails
+        # and reaps count nothing there, and send no run times.
+        self.metrics = metrics
         self._qkeys = self.keys.script_keys
         # One Functions library for every operation, loaded into Redis when first needed.
         self._library = library()

@@ -12,6 +12,8 @@ import orjson
 from .base import QueueBase, int_in, leases_from_reply, translated
 from .errors import LeaseLost
 from .keys import validate_id
+from .metrics import token as timing_token
+from .metrics import tokens as timing_tokens
 from .models import FailOutcome, Lease, Reaped
 
 MAX_LEASE_MS = 86_400_000  # a day: a worker that needs longer renews
@@ -35,9 +37,12 @@ class Consumer(QueueBase):
         *,
         lease_ms: int = 0,
         idle_handoff: bool = False,
+        durations: Sequence[float | None] | None = None,
     ) -> tuple[list[bool], list[Lease], int]:
         """Acknowledge `acks`, then lease up to `count` tasks: one round trip.
 
+        `durations`: how long each acked task ran (seconds, in the order of `acks`; None for
+        one not timed), for its handler's metrics; an accepted ack counts as done there.
         `lease_ms` (0: each request's own) is how long the leases last unless renewed. With
         `idle_handoff`, a call that leases nothing registers the consumer as idle: work that
         arrives while nothing else waits is then leased to it at once and pushed to its
@@ -49,13 +54,15 @@ class Consumer(QueueBase):
         validate_id(consumer, "consumer name")  # "~waiting" & co. are the engine's own
         int_in(count, "count", 0, 1000)
         check_lease_ms(lease_ms)
-        return self._dequeue_call(consumer, count, acks, lease_ms, idle_handoff)
+        return self._dequeue_call(consumer, count, acks, lease_ms, idle_handoff, durations)
 
     def _dequeue_call(
-        self, consumer: str, count: int, acks: Sequence[str], lease_ms: int, idle: bool
+        self, consumer: str, count: int, acks: Sequence[str], lease_ms: int, idle: bool,
+        durations: Sequence[float | None] | None = None,
     ) -> tuple[list[bool], list[Lease], int]:
+        timings = timing_tokens(len(acks), durations) if self.metrics and acks else ""
         reply = self._run("dequeue", [self._now(), consumer, count, lease_ms, 1 if idle else 0,
-                                      *acks])
+                                      timings, *acks])
         return [r == 1 for r in reply[0]], leases_from_reply(reply[2]), int(reply[1])
 
     def dequeue(self, consumer: str, count: int = 1) -> list[Lease]:
@@ -63,18 +70,25 @@ class Consumer(QueueBase):
         validate_id(consumer, "consumer name")
         return self.ack_and_dequeue(consumer, int_in(count, "count", 1, 1000))[1]
 
-    def ack(self, lease: Lease | str) -> None:
-        """Mark a leased task done; raises LeaseLost if the lease is no longer held."""
+    def ack(self, lease: Lease | str, *, duration: float | None = None) -> None:
+        """Mark a leased task done (it ran `duration` seconds, if given, for its handler's
+        metrics); raises LeaseLost if the lease is no longer held."""
         token = lease.lease if isinstance(lease, Lease) else lease
-        if not self._dequeue_call("-", 0, [token], 0, False)[0][0]:
+        if not self._dequeue_call("-", 0, [token], 0, False, [duration])[0][0]:
             raise LeaseLost(f"lease {token} is no longer held")
 
-    def ack_many(self, leases: Sequence[Lease | str]) -> list[bool]:
-        """Mark several tasks done; returns, per lease, whether it was still held."""
+    def ack_many(
+        self, leases: Sequence[Lease | str], durations: Sequence[float | None] | None = None
+    ) -> list[bool]:
+        """Mark several tasks done (`durations`: their run times in seconds, for the metrics);
+        returns, per lease, whether it was still held."""
         tokens = [x.lease if isinstance(x, Lease) else x for x in leases]
+        if durations is not None and len(durations) != len(tokens):
+            raise ValueError(f"{len(durations)} durations for {len(tokens)} leases")
         out: list[bool] = []
         for i in range(0, len(tokens), 1000):  # Lua's unpack() has a limit
-            out += self._dequeue_call("-", 0, tokens[i : i + 1000], 0, False)[0]
+            part = None if durations is None else durations[i : i + 1000]
+            out += self._dequeue_call("-", 0, tokens[i : i + 1000], 0, False, part)[0]
         return out
 
     def fail(
@@ -85,12 +99,15 @@ class Consumer(QueueBase):
         *,
         worker: str = "",
         retry: bool = True,
+        duration: float | None = None,
     ) -> FailOutcome:
-        """A task failed: retry it after a backoff, or dead-letter it when out of attempts."""
+        """A task failed: retry it after a backoff, or dead-letter it when out of attempts.
+        `duration`: how long the run took (seconds), for its handler's metrics."""
         token = lease.lease if isinstance(lease, Lease) else lease
         reply = self._run(
             "fail",
-            [self._now(), token, error, traceback, worker, random.random(), 1 if retry else 0],
+            [self._now(), token, error, traceback, worker, random.random(), 1 if retry else 0,
+             timing_token(duration) if self.metrics else ""],
         )
         if isinstance(reply, int):
             raise LeaseLost(f"lease {token} is no longer held")
@@ -118,7 +135,7 @@ class Consumer(QueueBase):
 
     def reap(self, limit: int = 1000) -> list[Reaped]:
         """Return expired leases to waiting (or dead letters when out of attempts)."""
-        flat = self._run("reap", [self._now(), limit])
+        flat = self._run("reap", [self._now(), limit, 1 if self.metrics else 0])
         return [Reaped(*flat[i : i + 4]) for i in range(0, len(flat), 4)]
 
     def wait_for_work(self, timeout: float) -> bool:

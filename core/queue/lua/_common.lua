@@ -40,6 +40,13 @@
 --                                       while the holder may still run the task) -> their
 --                                       old expiry; see revoke()
 --   <p>:{Q}:claimto              hash   revoked lease -> the consumer it was claimed for
+--   <p>:{Q}:metrics:<minute>     hash   per-handler counts of one minute (minutes since the
+--                                       epoch, from the call's time), kept a day (PEXPIRE when
+--                                       a handler's outcome field is created): "<handler>|d"
+--                                       done, "|f" dead-lettered, "|r" retried, "|us" summed
+--                                       run time (us) of timed runs, "|<i>" timed runs in
+--                                       run-time bucket i (core/queue/metrics.py has the
+--                                       bounds); written by finish(), see metric()
 --
 -- Delayed requests (submit.lua with a due time): state "scheduled", hash fields "due_ms" and
 -- "due_state" (the state it takes when due: "open" until sealed, then "active"). Its tasks
@@ -78,6 +85,9 @@ local STATS  -- stats hash field -> increment
 local TRIM  -- state -> cutoff: the state index drops requests that entered it before
 local LEASE_ADD  -- ZADD arguments for `leases` (expiry, lease, ...)
 local MOVED  -- requests whose state changed: h._state0 is the index they are in
+local METRICS  -- handler -> {field suffix -> increment} for this minute's metrics hash
+local METRICS_ON  -- whether this call counts (an operation turns it off from its ARGV)
+local METRICS_TTL = '86400000'  -- a minute's hash lives a day (core/queue/metrics.py KEEP_MS)
 local EXPIRY  -- lease_ms -> the text of NOW + lease_ms, made once per call
 
 local function begin(keys)
@@ -96,6 +106,7 @@ local function begin(keys)
   K_EVENTS, K_WAKE, K_SEQ, K_STATS = keys[5], keys[6], keys[7], keys[8]
   NOW, NOW_TEXT, DISPATCH, PROMOTED, FLOOR, READY_HELD = 0, nil, false, false, -1, false
   PAUSED = nil
+  METRICS_ON = true
   -- finish() leaves these empty; a call that failed part-way may not have: start clean.
   if not REQS or next(REQS) then REQS = {} end
   if not EXPIRY or next(EXPIRY) then EXPIRY = {} end
@@ -104,6 +115,7 @@ local function begin(keys)
   if not TRIM or next(TRIM) then TRIM = {} end
   if not LEASE_ADD or next(LEASE_ADD) then LEASE_ADD = {} end
   if not MOVED or next(MOVED) then MOVED = {} end
+  if not METRICS or next(METRICS) then METRICS = {} end
 end
 
 -- Milliseconds from the caller's clock when it sends one (tests control time that way), else
@@ -269,6 +281,34 @@ local function stat(f, d)
   if d ~= 0 then STATS[f] = (STATS[f] or 0) + d end
 end
 
+-- Per-handler metrics of this minute (see the header), written by finish(): one HINCRBY per
+-- handler and field for the whole call, however many tasks it finished.
+-- metric(): add n to an outcome counter ('d' done, 'f' dead-lettered, 'r' retried).
+local function metric(handler, f, n)
+  if not METRICS_ON then return end
+  local m = METRICS[handler]
+  if not m then
+    m = {}
+    METRICS[handler] = m
+  end
+  m[f] = (m[f] or 0) + n
+end
+
+-- One timed run of a handler whose outcome metric() counted: its time as the client sent it,
+-- "<bucket>:<us>" ("-": not timed). The bucket index is the field's name, as sent.
+local function metric_run(handler, t)
+  if not METRICS_ON or t == nil or t == '-' then return end
+  local b, us = string.match(t, '^(%d+):(%d+)$')
+  if not b then return end
+  local m = METRICS[handler]
+  if not m then
+    m = {}
+    METRICS[handler] = m
+  end
+  m[b] = (m[b] or 0) + 1
+  m.us = (m.us or 0) + tonumber(us)
+end
+
 local function next_seq(n)
   return redis.call('INCRBY', K_SEQ, n or 1)
 end
@@ -396,6 +436,20 @@ local function finish(result)
       if d ~= 0 then redis.call('HINCRBY', K_STATS, f, d) end
     end
     STATS = {}
+  end
+  if next(METRICS) then
+    local key = PREFIX .. 'metrics:' .. string.format('%d', math.floor(NOW / 60000))
+    local fresh = false
+    for handler, m in pairs(METRICS) do
+      for f, d in pairs(m) do
+        local v = redis.call('HINCRBY', key, handler .. '|' .. f, d)
+        -- An outcome field just created (every write of a handler has one): maybe the key
+        -- too, which then needs its TTL. Once per handler and minute, not at every call.
+        if v == d and (f == 'd' or f == 'f' or f == 'r') then fresh = true end
+      end
+    end
+    if fresh then redis.call('PEXPIRE', key, METRICS_TTL) end
+    METRICS = {}
   end
   if next(TRIM) then
     for state, cutoff in pairs(TRIM) do
@@ -716,6 +770,7 @@ local function to_dead(h, tid, attempts, err, tb, worker, now)
   redis.call('HSET', deadmap_key(h.id), tid, did)
   add(h, 'dead', 1)
   stat('failed', 1)
+  metric(h.handler, 'f', 1)
   event('dead', h.id, 'task', tid, 'error', string.sub(err, 1, 200), 'worker', worker)
 end
 
