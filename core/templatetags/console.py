@@ -146,3 +146,18 @@ def thousands(value: Any) -> str:
         return f"{int(value):,}"
     except (TypeError, ValueError):
         return "" if value is None else str(value)
+
+
+@register.filter
+def seconds(value: Any) -> str:
+    """A time in seconds as "0.42 ms", "12.5 ms", "1.5 s", and from a minute on as duration()."""
+    if value is None or value == "":
+        return "—"
+    v = float(value)
+    if v < 0.001:
+        return f"{v * 1000:.2f} ms"
+    if v < 1:
+        return f"{v * 1000:.3g} ms"
+    if v < 60:
+        return f"{v:.3g} s"
+    return duration(int(v * 1000))
