@@ -170,16 +170,18 @@ def _no_buckets() -> list[int]:
 
 class HandlerCounts(models.Model):
     """One handler's counts over a period (core/queue/metrics.py): tasks done, dead-lettered
-    and retried, and the run-time histogram of the timed runs (bucket counts, not
-    cumulative; the bounds are core.queue.metrics.BUCKETS_MS) with their summed time."""
+    and retried, the run-time histogram of the timed runs done (bucket counts, not
+    cumulative; the bounds are core.queue.metrics.BUCKETS_MS) with their summed time, and
+    the summed time of the timed failed runs."""
 
     queue = models.CharField(max_length=200)
     handler = models.CharField(max_length=128)
     done = models.BigIntegerField(default=0)
     failed = models.BigIntegerField(default=0)
     retried = models.BigIntegerField(default=0)
-    run_us = models.BigIntegerField(default=0)
+    run_us = models.BigIntegerField(default=0)  # the timed runs done, in the buckets
     buckets = models.JSONField(default=_no_buckets)
+    fail_us = models.BigIntegerField(default=0)  # the timed failed runs
 
     class Meta:
         abstract = True

@@ -41,7 +41,7 @@ class Row:
 
     @property
     def total_s(self) -> float:
-        return self.counts.run_us / 1e6
+        return self.counts.time_us / 1e6
 
     @property
     def failure_pct(self) -> float:
@@ -78,17 +78,18 @@ def _rows(queue: str, r: Range, since: dt.datetime,
         if handler is not None:
             qs = qs.filter(handler=handler)
         values = qs.values_list("hour", "handler", "done", "failed", "retried", "run_us",
-                                "buckets")
+                                "buckets", "fail_us")
     else:
         qm = HandlerMinute.objects.filter(queue=queue, minute__gte=since)
         if handler is not None:
             qm = qm.filter(handler=handler)
         values = qm.values_list("minute", "handler", "done", "failed", "retried", "run_us",
-                                "buckets")
-    for at, name, done, failed, retried, run_us, buckets in values.iterator(chunk_size=2000):
+                                "buckets", "fail_us")
+    for at, name, done, failed, retried, run_us, buckets, fail_us in values.iterator(
+            chunk_size=2000):
         b = [int(n) for n in buckets[:NBUCKETS]]
         yield at, name, HandlerCounts(done, failed, retried, run_us,
-                                      b + [0] * (NBUCKETS - len(b)))
+                                      b + [0] * (NBUCKETS - len(b)), fail_us)
 
 
 def table(queue: str, r: Range, now: dt.datetime, sort: str = "time") -> list[Row]:
@@ -100,7 +101,7 @@ def table(queue: str, r: Range, now: dt.datetime, sort: str = "time") -> list[Ro
     rows = [Row(name, c) for name, c in sums.items()]
     rows.sort(key=lambda row: row.handler)
     if sort == "time":
-        rows.sort(key=lambda row: row.counts.run_us, reverse=True)
+        rows.sort(key=lambda row: row.counts.time_us, reverse=True)
     elif sort == "failure":
         rows.sort(key=lambda row: row.counts.failure_rate, reverse=True)
     elif sort == "p95":

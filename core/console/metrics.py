@@ -75,7 +75,7 @@ class HandlerCollector(Collector):
                                     "Tasks finished per handler, by outcome",
                                     labels=["queue", "handler", "outcome"])
         runs = HistogramMetricFamily("queueadmin_task_duration_seconds",
-                                     "Run time of the tasks a worker timed, per handler",
+                                     "Run time of the tasks done, per handler",
                                      labels=["queue", "handler"])
         try:
             rows = list(HandlerTotal.objects.order_by("queue", "handler"))

@@ -32,6 +32,7 @@ class Migration(migrations.Migration):
                 ('retried', models.BigIntegerField(default=0)),
                 ('run_us', models.BigIntegerField(default=0)),
                 ('buckets', models.JSONField(default=core.models._no_buckets)),
+                ('fail_us', models.BigIntegerField(default=0)),
                 ('hour', models.DateTimeField()),
             ],
             options={
@@ -49,6 +50,7 @@ class Migration(migrations.Migration):
                 ('retried', models.BigIntegerField(default=0)),
                 ('run_us', models.BigIntegerField(default=0)),
                 ('buckets', models.JSONField(default=core.models._no_buckets)),
+                ('fail_us', models.BigIntegerField(default=0)),
                 ('minute', models.DateTimeField()),
             ],
             options={
@@ -66,6 +68,7 @@ class Migration(migrations.Migration):
                 ('retried', models.BigIntegerField(default=0)),
                 ('run_us', models.BigIntegerField(default=0)),
                 ('buckets', models.JSONField(default=core.models._no_buckets)),
+                ('fail_us', models.BigIntegerField(default=0)),
             ],
             options={
                 'constraints': [models.UniqueConstraint(fields=('queue', 'handler'), name='handler_total_unique')],

@@ -32,12 +32,13 @@ def at_minute(minute: int) -> datetime:
 def counts_of(row: HandlerMinute | HandlerHour | HandlerTotal) -> HandlerCounts:
     buckets = [int(n) for n in row.buckets[:NBUCKETS]]
     buckets += [0] * (NBUCKETS - len(buckets))
-    return HandlerCounts(row.done, row.failed, row.retried, row.run_us, buckets)
+    return HandlerCounts(row.done, row.failed, row.retried, row.run_us, buckets, row.fail_us)
 
 
 def _set(row: HandlerMinute | HandlerHour | HandlerTotal, c: HandlerCounts) -> None:
     row.done, row.failed, row.retried, row.run_us = c.done, c.failed, c.retried, c.run_us
     row.buckets = list(c.buckets)
+    row.fail_us = c.fail_us
 
 
 def _add(model: type[HandlerHour] | type[HandlerTotal], lookup: dict[str, object],
@@ -100,7 +101,8 @@ def roll(q: Queue) -> int:
 
 
 def _went_down(delta: HandlerCounts) -> bool:
-    return min(delta.done, delta.failed, delta.retried, delta.run_us, *delta.buckets) < 0
+    return min(delta.done, delta.failed, delta.retried, delta.run_us, delta.fail_us,
+               *delta.buckets) < 0
 
 
 def prune(queue: str, *, now: datetime | None = None) -> int:

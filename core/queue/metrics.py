@@ -8,11 +8,17 @@ read from the merged buckets. The worker measures each run and passes its time w
 or fail; the Lua side only adds (see `metric_run()` in lua/_common.lua). Fields, for a handler
 `h` (handler names are identifiers, which cannot hold "|"):
 
-    h|d   tasks done (acks accepted: a refused ack counts nothing)
+    h|<i> tasks done whose run time fell in bucket i (0..len(BUCKETS_MS); the last is +Inf)
+    h|us  the summed run time of those, in microseconds
+    h|d   tasks done without a run time (an ack that sent none)
     h|f   tasks dead-lettered (fail out of attempts or refused retry; the reaper's too)
     h|r   tasks failed and retried (back to waiting or into backoff)
-    h|us  the summed run time of the timed runs, in microseconds
-    h|<i> timed runs whose time fell in bucket i (0..len(BUCKETS_MS); the last is +Inf)
+    h|fus the summed run time of the failed (dead-lettered or retried) runs that were timed
+
+Only accepted acks and fails count: a refused one (stolen or expired lease) counts nothing.
+Tasks done = h|d + the buckets' sum, so a timed ack, the hot path, costs two fields (its
+bucket and h|us) per handler and call. The histogram is that of the runs done: a run that
+failed at once would pull the percentiles down; its time counts in the time spent.
 """
 
 from __future__ import annotations
@@ -68,13 +74,19 @@ class HandlerCounts:
     done: int = 0
     failed: int = 0
     retried: int = 0
-    run_us: int = 0  # summed run time of the timed runs
-    buckets: list[int] = field(default_factory=lambda: [0] * NBUCKETS)
+    run_us: int = 0  # summed run time of the timed runs done
+    buckets: list[int] = field(default_factory=lambda: [0] * NBUCKETS)  # of the runs done
+    fail_us: int = 0  # summed run time of the timed failed runs
 
     @property
     def runs(self) -> int:
-        """Timed runs (those in the histogram)."""
+        """Timed runs done (those in the histogram)."""
         return sum(self.buckets)
+
+    @property
+    def time_us(self) -> int:
+        """Time spent: the timed runs, done or failed."""
+        return self.run_us + self.fail_us
 
     @property
     def finished(self) -> int:
@@ -96,6 +108,7 @@ class HandlerCounts:
         self.failed += other.failed
         self.retried += other.retried
         self.run_us += other.run_us
+        self.fail_us += other.fail_us
         for i, n in enumerate(other.buckets[:NBUCKETS]):
             self.buckets[i] += n
 
@@ -105,10 +118,12 @@ class HandlerCounts:
             self.done - other.done, self.failed - other.failed, self.retried - other.retried,
             self.run_us - other.run_us,
             [a - b for a, b in zip(self.buckets, other.buckets, strict=True)],
+            self.fail_us - other.fail_us,
         )
 
     def is_zero(self) -> bool:
-        return not (self.done or self.failed or self.retried or self.run_us or any(self.buckets))
+        return not (self.done or self.failed or self.retried or self.run_us or self.fail_us
+                    or any(self.buckets))
 
     def quantile(self, q: float) -> float | None:
         """The q-quantile of the run time in seconds, interpolated within its bucket as
@@ -142,15 +157,19 @@ def parse(fields: dict[str, str]) -> dict[str, HandlerCounts]:
             c = out[handler] = HandlerCounts()
         n = int(value)
         if f == "d":
-            c.done = n
+            c.done = n  # the untimed; the timed are added below
         elif f == "f":
             c.failed = n
         elif f == "r":
             c.retried = n
         elif f == "us":
             c.run_us = n
+        elif f == "fus":
+            c.fail_us = n
         elif f.isdecimal() and int(f) < NBUCKETS:
             c.buckets[int(f)] = n
+    for c in out.values():
+        c.done += c.runs
     return out
 
 

@@ -42,11 +42,12 @@
 --   <p>:{Q}:claimto              hash   revoked lease -> the consumer it was claimed for
 --   <p>:{Q}:metrics:<minute>     hash   per-handler counts of one minute (minutes since the
 --                                       epoch, from the call's time), kept a day (PEXPIRE when
---                                       a handler's outcome field is created): "<handler>|d"
---                                       done, "|f" dead-lettered, "|r" retried, "|us" summed
---                                       run time (us) of timed runs, "|<i>" timed runs in
+--                                       a field is created): "<handler>|<i>" timed runs done in
 --                                       run-time bucket i (core/queue/metrics.py has the
---                                       bounds); written by finish(), see metric()
+--                                       bounds), "|us" their summed run time (us), "|d" done
+--                                       untimed, "|f" dead-lettered, "|r" retried, "|fus"
+--                                       summed run time (us) of the timed failed runs; written
+--                                       by finish(), see metric()
 --
 -- Delayed requests (submit.lua with a due time): state "scheduled", hash fields "due_ms" and
 -- "due_state" (the state it takes when due: "open" until sealed, then "active"). Its tasks
@@ -282,31 +283,46 @@ local function stat(f, d)
 end
 
 -- Per-handler metrics of this minute (see the header), written by finish(): one HINCRBY per
--- handler and field for the whole call, however many tasks it finished.
--- metric(): add n to an outcome counter ('d' done, 'f' dead-lettered, 'r' retried).
-local function metric(handler, f, n)
-  if not METRICS_ON then return end
+-- handler and field for the whole call, however many tasks it finished. A timed task done,
+-- the hot path, costs its bucket's field and the time's: its count is the buckets' sum.
+local function metrics_of(handler)
   local m = METRICS[handler]
   if not m then
     m = {}
     METRICS[handler] = m
   end
+  return m
+end
+
+-- Add n to a counter of the handler ('f' dead-lettered, 'r' retried).
+local function metric(handler, f, n)
+  if not METRICS_ON then return end
+  local m = metrics_of(handler)
   m[f] = (m[f] or 0) + n
 end
 
--- One timed run of a handler whose outcome metric() counted: its time as the client sent it,
--- "<bucket>:<us>" ("-": not timed). The bucket index is the field's name, as sent.
-local function metric_run(handler, t)
-  if not METRICS_ON or t == nil or t == '-' then return end
+-- A task of the handler was done: its run's time as the client sent it, "<bucket>:<us>"
+-- (the bucket index is the field's name, as sent), or "-" (not timed).
+local function metric_done(handler, t)
+  if not METRICS_ON then return end
+  local m = metrics_of(handler)
   local b, us = string.match(t, '^(%d+):(%d+)$')
-  if not b then return end
-  local m = METRICS[handler]
-  if not m then
-    m = {}
-    METRICS[handler] = m
+  if b then
+    m[b] = (m[b] or 0) + 1
+    m.us = (m.us or 0) + tonumber(us)
+  else
+    m.d = (m.d or 0) + 1
   end
-  m[b] = (m[b] or 0) + 1
-  m.us = (m.us or 0) + tonumber(us)
+end
+
+-- A failed run's time ("<bucket>:<us>" or "-"), after metric() counted its outcome.
+local function metric_failed_run(handler, t)
+  if not METRICS_ON then return end
+  local us = string.match(t, '^%d+:(%d+)$')
+  if us then
+    local m = metrics_of(handler)
+    m.fus = (m.fus or 0) + tonumber(us)
+  end
 end
 
 local function next_seq(n)
@@ -442,10 +458,9 @@ local function finish(result)
     local fresh = false
     for handler, m in pairs(METRICS) do
       for f, d in pairs(m) do
-        local v = redis.call('HINCRBY', key, handler .. '|' .. f, d)
-        -- An outcome field just created (every write of a handler has one): maybe the key
-        -- too, which then needs its TTL. Once per handler and minute, not at every call.
-        if v == d and (f == 'd' or f == 'f' or f == 'r') then fresh = true end
+        -- A field just created: maybe the key too, which then needs its TTL. A few times
+        -- per handler and minute (each field's first write), not at every call.
+        if redis.call('HINCRBY', key, handler .. '|' .. f, d) == d then fresh = true end
       end
     end
     if fresh then redis.call('PEXPIRE', key, METRICS_TTL) end

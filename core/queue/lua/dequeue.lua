@@ -81,7 +81,7 @@ if #ARGV >= 7 then
       tids[#tids + 1] = tid
       if timing then
         local ts = times[rid]
-        ts[#ts + 1] = timing[i]
+        ts[#ts + 1] = timing[i] or '-'
       end
     else
       acks[i] = -1
@@ -96,8 +96,7 @@ if #ARGV >= 7 then
       add(h, 'leased', -#tids)
       add(h, 'done', #tids)
       if timing then
-        metric(h.handler, 'd', #tids)
-        for _, t in ipairs(times[rid]) do metric_run(h.handler, t) end
+        for _, t in ipairs(times[rid]) do metric_done(h.handler, t) end
       end
       -- A request that completes here without dead letters loses its stream at once
       -- (maybe_complete()): no need to take the tasks out of it first.

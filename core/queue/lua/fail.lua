@@ -54,7 +54,7 @@ else
     outcome = 'delayed'
   end
 end
-if outcome ~= 'cancelled' then metric_run(h.handler, timing) end
+if outcome ~= 'cancelled' then metric_failed_run(h.handler, timing) end
 sync_ready(h)
 maybe_complete(h, now)
 dispatch_idle()
