@@ -18,6 +18,8 @@ QA_REDIS_FSYNC appendfsync of the embedded redis-server: always (default) or eve
 QA_HANDLER_MODULES  comma-separated modules whose import registers task handlers, loaded by
                every `runworker` (besides core.worker.builtins and, for data jobs,
                core.pipeline.tasks)
+QA_HANDLER_METRICS  "off": the engine keeps no per-handler metrics for this process's acks,
+               fails and reaps (default on; see docs/console.md, Handlers)
 METRICS_TOKEN  bearer token that /metrics requires (unset: /metrics answers 404)
 QA_SECURE_COOKIES  "1": session and CSRF cookies only over HTTPS even when Django sees plain
                HTTP (behind a TLS proxy that sets no X-Forwarded-Proto); they are Secure
@@ -139,6 +141,7 @@ EMBEDDED_REDIS = not os.environ.get("REDIS_URL")
 REDIS_URL = os.environ.get("REDIS_URL") or f"redis://127.0.0.1:{EMBEDDED_REDIS_PORT}/0"
 QUEUE_PREFIX = os.environ.get("QUEUE_PREFIX") or "qa"
 QUEUE_MAX_RESULT_BYTES = int(os.environ.get("QA_MAX_RESULT_BYTES") or "65536")
+HANDLER_METRICS = os.environ.get("QA_HANDLER_METRICS", "").strip().lower() != "off"
 
 # The data pipeline's Spark (core/pipeline/spark.py reads these when a worker makes its session;
 # neither SPARK_REMOTE nor SPARK_MASTER: the stack's own Connect server, core/pipeline/server.py).

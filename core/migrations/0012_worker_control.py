@@ -32,7 +32,7 @@ def revoke(apps: Any, schema_editor: Any) -> None:
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('core', '0009_schedule_permissions'),
+        ('core', '0010_handler_metrics'),
     ]
 
     operations = [

@@ -22,6 +22,7 @@ from core.queue import RedisReplyError, RedisUnavailable, registry
 from core.queue.client import Queue
 from core.queue.follow import Batch, Streams
 
+from . import metrics
 from .apply import apply_batch, reconcile, refresh
 from .samples import SAMPLE_EVERY_S, prune, sample
 
@@ -66,6 +67,7 @@ class Follower:
         self.ready = False
         self.next_trim = 0.0
         self.next_sample = 0.0
+        self.next_metrics = 0.0
         self.next_prune = 0.0
         self.refresh_after = 0
 
@@ -105,8 +107,9 @@ class Follower:
                     "indexes", self.q.name, self.config.group, why, n)
 
     def housekeeping(self, now: float, *, force: bool = False) -> None:
-        """Trim `events`, sample the counters, refresh rows of unfinished requests and prune
-        old samples, each when due (all of them with force)."""
+        """Trim `events`, sample the counters, refresh rows of unfinished requests, roll the
+        handlers' metrics and prune old samples and metrics, each when due (all of them with
+        force)."""
         # Each is due again only once it has worked: a failure is retried at the next pass.
         if force or now >= self.next_trim:
             self.streams.trim()
@@ -116,8 +119,12 @@ class Follower:
             _, self.refresh_after = refresh(self.q, after_pk=self.refresh_after,
                                             limit=REFRESH_ROWS)
             self.next_sample = now + self.config.sample_every_s
+        if force or now >= self.next_metrics:
+            metrics.roll(self.q)
+            self.next_metrics = now + metrics.ROLL_EVERY_S
         if force or now >= self.next_prune:
             prune(self.q.name)
+            metrics.prune(self.q.name)
             self.next_prune = now + PRUNE_EVERY_S
 
 

@@ -53,6 +53,7 @@ class QueueBase:
         max_payload_bytes: int = MAX_PAYLOAD_BYTES,
         max_result_bytes: int = MAX_RESULT_BYTES,
         clock: Callable[[], int] | None = None,
+        metrics: bool = True,
     ) -> None:
         if not client.get_connection_kwargs().get("decode_responses"):
             raise InvalidInput("the Redis client must be made with decode_responses=True")
@@ -63,6 +64,9 @@ class QueueBase:
         self.max_result_bytes = int_in(max_result_bytes, "max_result_bytes", 1)
         # None: scripts read the Redis server's clock, so hosts with skewed clocks agree.
         self._clock = clock
+        # Per-handler metrics (core/queue/metrics.py): False makes this client's acks, fails
+        # and reaps count nothing there, and send no run times.
+        self.metrics = metrics
         self._qkeys = self.keys.script_keys
         # One Functions library for every operation, loaded into Redis when first needed.
         self._library = library()

@@ -12,6 +12,8 @@ import orjson
 from .base import int_in, leases_from_reply, translated
 from .errors import InvalidInput, LeaseLost
 from .keys import validate_id
+from .metrics import token as timing_token
+from .metrics import tokens as timing_tokens
 from .models import FailOutcome, Lease, Reaped
 from .results import Results, lease_of
 
@@ -44,9 +46,12 @@ class Consumer(Results):
         *,
         lease_ms: int = 0,
         idle_handoff: bool = False,
+        durations: Sequence[float | None] | None = None,
     ) -> tuple[list[bool], list[Lease], int]:
         """Acknowledge `acks`, then lease up to `count` tasks: one round trip.
 
+        `durations`: how long each acked task ran (seconds, in the order of `acks`; None for
+        one not timed), for its handler's metrics; an accepted ack counts as done there.
         `lease_ms` (0: each request's own) is how long the leases last unless renewed. With
         `idle_handoff`, a call that leases nothing registers the consumer as idle: work that
         arrives while nothing else waits is then leased to it at once and pushed to its
@@ -59,13 +64,15 @@ class Consumer(Results):
         validate_id(consumer, "consumer name")  # "~waiting" & co. are the engine's own
         int_in(count, "count", 0, 1000)
         check_lease_ms(lease_ms)
-        return self._dequeue_call(consumer, count, acks, lease_ms, idle_handoff)
+        return self._dequeue_call(consumer, count, acks, lease_ms, idle_handoff, durations)
 
     def _dequeue_call(
-        self, consumer: str, count: int, acks: Sequence[str], lease_ms: int, idle: bool
+        self, consumer: str, count: int, acks: Sequence[str], lease_ms: int, idle: bool,
+        durations: Sequence[float | None] | None = None,
     ) -> tuple[list[bool], list[Lease], int]:
+        timings = timing_tokens(len(acks), durations) if self.metrics and acks else ""
         reply = self._run("dequeue", [self._now(), consumer, count, lease_ms, 1 if idle else 0,
-                                      *acks])
+                                      timings, *acks])
         return [r == 1 for r in reply[0]], leases_from_reply(reply[2]), int(reply[1])
 
     def dequeue(self, consumer: str, count: int = 1) -> list[Lease]:
@@ -73,28 +80,35 @@ class Consumer(Results):
         validate_id(consumer, "consumer name")
         return self.ack_and_dequeue(consumer, int_in(count, "count", 1, 1000))[1]
 
-    def ack(self, lease: Lease | str, result: Any = None) -> None:
+    def ack(self, lease: Lease | str, result: Any = None, *,
+            duration: float | None = None) -> None:
         """Mark a leased task done, keeping `result` (JSON; None keeps nothing) with its
-        request; raises LeaseLost if the lease is no longer held (then nothing is kept), and
-        InvalidResult or ResultTooLarge before anything is sent."""
+        request (it ran `duration` seconds, if given, for its handler's metrics); raises
+        LeaseLost if the lease is no longer held (then nothing is kept), and InvalidResult or
+        ResultTooLarge before anything is sent."""
         token = self.ack_entry(lease, result)
-        if not self._dequeue_call("-", 0, [token], 0, False)[0][0]:
+        if not self._dequeue_call("-", 0, [token], 0, False, [duration])[0][0]:
             raise LeaseLost(f"lease {lease_of(token)} is no longer held")
 
     def ack_many(
-        self, leases: Sequence[Lease | str], results: Sequence[Any] | None = None
+        self, leases: Sequence[Lease | str], results: Sequence[Any] | None = None, *,
+        durations: Sequence[float | None] | None = None,
     ) -> list[bool]:
         """Mark several tasks done, with their `results` if given (one per lease, None for
-        none); returns, per lease, whether it was still held."""
+        none; `durations`: their run times in seconds, for the metrics); returns, per lease,
+        whether it was still held."""
         if results is None:
             tokens = [x.lease if isinstance(x, Lease) else x for x in leases]
         elif len(results) != len(leases):
             raise InvalidInput(f"{len(leases)} leases but {len(results)} results")
         else:
             tokens = [self.ack_entry(x, r) for x, r in zip(leases, results, strict=True)]
+        if durations is not None and len(durations) != len(tokens):
+            raise InvalidInput(f"{len(durations)} durations for {len(tokens)} leases")
         out: list[bool] = []
         for i in range(0, len(tokens), 1000):  # Lua's unpack() has a limit
-            out += self._dequeue_call("-", 0, tokens[i : i + 1000], 0, False)[0]
+            part = None if durations is None else durations[i : i + 1000]
+            out += self._dequeue_call("-", 0, tokens[i : i + 1000], 0, False, part)[0]
         return out
 
     def fail(
@@ -105,12 +119,15 @@ class Consumer(Results):
         *,
         worker: str = "",
         retry: bool = True,
+        duration: float | None = None,
     ) -> FailOutcome:
-        """A task failed: retry it after a backoff, or dead-letter it when out of attempts."""
+        """A task failed: retry it after a backoff, or dead-letter it when out of attempts.
+        `duration`: how long the run took (seconds), for its handler's metrics."""
         token = lease.lease if isinstance(lease, Lease) else lease
         reply = self._run(
             "fail",
-            [self._now(), token, error, traceback, worker, random.random(), 1 if retry else 0],
+            [self._now(), token, error, traceback, worker, random.random(), 1 if retry else 0,
+             timing_token(duration) if self.metrics else ""],
         )
         if isinstance(reply, int):
             raise LeaseLost(f"lease {token} is no longer held")
@@ -164,7 +181,7 @@ class Consumer(Results):
 
     def reap(self, limit: int = 1000) -> list[Reaped]:
         """Return expired leases to waiting (or dead letters when out of attempts)."""
-        flat = self._run("reap", [self._now(), limit])
+        flat = self._run("reap", [self._now(), limit, 1 if self.metrics else 0])
         return [Reaped(*flat[i : i + 4]) for i in range(0, len(flat), 4)]
 
     def wait_for_work(self, timeout: float) -> bool:

@@ -140,6 +140,11 @@ class QueueKeys:
         """Hash: a revoked lease -> the consumer its task was claimed for."""
         return self.base + "claimto"
 
+    def metrics(self, minute: int) -> str:
+        """Hash: per-handler counters and run-time buckets of one minute (minutes since the
+        epoch); see core/queue/metrics.py. Written by the engine at ack and fail, with a TTL."""
+        return f"{self.base}metrics:{minute}"
+
     def handoff(self, consumer: str) -> str:
         return f"{self.base}handoff:{consumer}"
 

@@ -140,7 +140,7 @@ class Operator(Results):
         mode = "crashed" if crashed else ""
         while offset >= 0:
             reply = self._run("reclaim", [self._now(), worker, dead_after_ms, CHUNK, offset,
-                                          mode], keys)
+                                          mode, 1 if self.metrics else 0], keys)
             check_code(reply, f"worker {worker!r}")
             released, cancelled = released + int(reply[0]), cancelled + int(reply[1])
             offset = int(reply[2])

@@ -184,3 +184,18 @@ def clock(ms: Any) -> SafeString:
     return format_html('<time datetime="{}" title="{} UTC">{}</time>',
                        when.isoformat(timespec="milliseconds"),
                        when.strftime("%Y-%m-%d %H:%M:%S"), when.strftime("%H:%M:%S"))
+
+
+@register.filter
+def seconds(value: Any) -> str:
+    """A time in seconds as "0.42 ms", "12.5 ms", "1.5 s", and from a minute on as duration()."""
+    if value is None or value == "":
+        return "—"
+    v = float(value)
+    if v < 0.001:
+        return f"{v * 1000:.2f} ms"
+    if v < 1:
+        return f"{v * 1000:.3g} ms"
+    if v < 60:
+        return f"{v:.3g} s"
+    return duration(int(v * 1000))

@@ -229,11 +229,14 @@ class Worker:
 
     def _release_all(self) -> None:
         for q in self.queues:
-            finished = [t for pending in self._acks for t in pending.take(q.name)]
+            taken = [pending.take(q.name) for pending in self._acks]
+            finished = [t for a in taken for t in a.tokens]
             if finished:
                 # If Redis is down, their leases expire and they run again: at-least-once.
                 with contextlib.suppress(RedisUnavailable):
-                    self._settle(q, finished, q.ack_many(finished))
+                    accepted = q.ack_many(finished,
+                                           durations=[d for a in taken for d in a.durations])
+                    self._settle(q, finished, accepted)
             ctxs = self.held.snapshot().get(q.name, [])
             if not ctxs:
                 continue
@@ -307,13 +310,13 @@ class Worker:
             failed = False
             for q in self.queues:
                 pending = acks.take(q.name)
-                if not want and not pending:
+                if not want and not pending.tokens:
                     continue
                 sent = time.monotonic()
                 try:
                     accepted, got, due = q.ack_and_dequeue(
-                        self.name, want, pending, lease_ms=self.config.lease_ms,
-                        idle_handoff=self._handoff and want > 0,
+                        self.name, want, pending.tokens, lease_ms=self.config.lease_ms,
+                        idle_handoff=self._handoff and want > 0, durations=pending.durations,
                     )
                 except PASSING as exc:
                     # Unreachable, or an error reply (BUSY, LOADING, OOM...): log once, back
@@ -324,7 +327,7 @@ class Worker:
                     failed = True
                     break
                 self.outage.recovered(f"slot {slot}")
-                self._settle(q, pending, accepted)
+                self._settle(q, pending.tokens, accepted)
                 if due >= 0:
                     next_due = due if next_due < 0 else min(next_due, due)
                 if got:
@@ -490,13 +493,13 @@ class Worker:
         queues = {q.name: q for q in self.queues}
         while not self._flusher_done.wait(ACK_FLUSH_S):
             for pending in self._acks:
-                for name, tokens in pending.take_older_than(ACK_FLUSH_S).items():
+                for name, taken in pending.take_older_than(ACK_FLUSH_S).items():
                     try:
-                        accepted = queues[name].ack_many(tokens)
+                        accepted = queues[name].ack_many(taken.tokens, durations=taken.durations)
                     except PASSING:
-                        pending.put_back(name, tokens)  # the slot retries with its next call
+                        pending.put_back(name, taken)  # the slot retries with its next call
                         continue
-                    self._settle(queues[name], tokens, accepted)
+                    self._settle(queues[name], taken.tokens, accepted)
 
     def _run_one(self, q: Queue, ctx: TaskContext, acks: PendingAcks) -> None:
         lease = ctx.lease
@@ -509,6 +512,7 @@ class Worker:
         if limit:
             ctx.deadline, ctx.time_limit = time.monotonic() + limit, limit
             self.heartbeat.beater.started(q.name, ctx, limit)
+        started = time.perf_counter()  # the run's time goes to the handler's metrics
         try:
             try:
                 value = fn(lease.payload, ctx)
@@ -532,27 +536,32 @@ class Worker:
                 self.held.discard(q.name, [lease.lease])
                 self._done(failed=True)
             else:
-                self._fail(q, ctx, f"TimeLimitExceeded: {exc} ({limit:g}s)", "", retry=True)
+                self._fail(q, ctx, f"TimeLimitExceeded: {exc} ({limit:g}s)", "", retry=True,
+                           duration=time.perf_counter() - started)
         except Exception as exc:
             # A failure the handler marks permanent (core.worker.Permanent) is not retried.
             self._fail(q, ctx, f"{type(exc).__name__}: {exc}", traceback.format_exc(),
-                       retry=not getattr(exc, "permanent", False))
+                       retry=not getattr(exc, "permanent", False),
+                       duration=time.perf_counter() - started)
         else:
             try:
                 # Kept with the ack that finishes the task; checked now, so a result that
                 # cannot be kept fails the task (for good: a rerun would return the same).
                 ack = q.ack_entry(lease, value)
             except InvalidResult as exc:
-                self._fail(q, ctx, f"{type(exc).__name__}: {exc}", "", retry=False)
+                self._fail(q, ctx, f"{type(exc).__name__}: {exc}", "", retry=False,
+                           duration=time.perf_counter() - started)
                 return
             ctx.finished = True
-            acks.add(q.name, ack)
+            acks.add(q.name, ack, time.perf_counter() - started)
             self._done()
 
-    def _fail(self, q: Queue, ctx: TaskContext, error: str, tb: str, *, retry: bool) -> None:
+    def _fail(self, q: Queue, ctx: TaskContext, error: str, tb: str, *, retry: bool,
+              duration: float | None = None) -> None:
         try:
             out: FailOutcome | None = self._retrying(
-                lambda: q.fail(ctx.lease, error, tb, worker=self.name, retry=retry)
+                lambda: q.fail(ctx.lease, error, tb, worker=self.name, retry=retry,
+                               duration=duration)
             )
         except LeaseLost:
             out = None

@@ -49,6 +49,14 @@
 --                                       keeps the most recent PROGRESS_TASKS tasks' entries.
 --                                       The request's field "prog" says both keys exist, so
 --                                       a completion expires them with the request
+--   <p>:{Q}:metrics:<minute>     hash   per-handler counts of one minute (minutes since the
+--                                       epoch, from the call's time), kept a day (PEXPIRE when
+--                                       a field is created): "<handler>|<i>" timed runs done in
+--                                       run-time bucket i (core/queue/metrics.py has the
+--                                       bounds), "|us" their summed run time (us), "|d" done
+--                                       untimed, "|f" dead-lettered, "|r" retried, "|fus"
+--                                       summed run time (us) of the timed failed runs; written
+--                                       by finish(), see metric()
 --
 -- Delayed requests (submit.lua with a due time): state "scheduled", hash fields "due_ms" and
 -- "due_state" (the state it takes when due: "open" until sealed, then "active"). Its tasks
@@ -87,6 +95,9 @@ local STATS  -- stats hash field -> increment
 local TRIM  -- state -> cutoff: the state index drops requests that entered it before
 local LEASE_ADD  -- ZADD arguments for `leases` (expiry, lease, ...)
 local MOVED  -- requests whose state changed: h._state0 is the index they are in
+local METRICS  -- handler -> {field suffix -> increment} for this minute's metrics hash
+local METRICS_ON  -- whether this call counts (an operation turns it off from its ARGV)
+local METRICS_TTL = '86400000'  -- a minute's hash lives a day (core/queue/metrics.py KEEP_MS)
 local EXPIRY  -- lease_ms -> the text of NOW + lease_ms, made once per call
 
 local function begin(keys)
@@ -105,6 +116,7 @@ local function begin(keys)
   K_EVENTS, K_WAKE, K_SEQ, K_STATS = keys[5], keys[6], keys[7], keys[8]
   NOW, NOW_TEXT, DISPATCH, PROMOTED, FLOOR, READY_HELD = 0, nil, false, false, -1, false
   PAUSED = nil
+  METRICS_ON = true
   -- finish() leaves these empty; a call that failed part-way may not have: start clean.
   if not REQS or next(REQS) then REQS = {} end
   if not EXPIRY or next(EXPIRY) then EXPIRY = {} end
@@ -113,6 +125,7 @@ local function begin(keys)
   if not TRIM or next(TRIM) then TRIM = {} end
   if not LEASE_ADD or next(LEASE_ADD) then LEASE_ADD = {} end
   if not MOVED or next(MOVED) then MOVED = {} end
+  if not METRICS or next(METRICS) then METRICS = {} end
 end
 
 -- Milliseconds from the caller's clock when it sends one (tests control time that way), else
@@ -308,6 +321,49 @@ local function stat(f, d)
   if d ~= 0 then STATS[f] = (STATS[f] or 0) + d end
 end
 
+-- Per-handler metrics of this minute (see the header), written by finish(): one HINCRBY per
+-- handler and field for the whole call, however many tasks it finished. A timed task done,
+-- the hot path, costs its bucket's field and the time's: its count is the buckets' sum.
+local function metrics_of(handler)
+  local m = METRICS[handler]
+  if not m then
+    m = {}
+    METRICS[handler] = m
+  end
+  return m
+end
+
+-- Add n to a counter of the handler ('f' dead-lettered, 'r' retried).
+local function metric(handler, f, n)
+  if not METRICS_ON then return end
+  local m = metrics_of(handler)
+  m[f] = (m[f] or 0) + n
+end
+
+-- A task of the handler was done: its run's time as the client sent it, "<bucket>:<us>"
+-- (the bucket index is the field's name, as sent), or "-" (not timed).
+local function metric_done(handler, t)
+  if not METRICS_ON then return end
+  local m = metrics_of(handler)
+  local b, us = string.match(t, '^(%d+):(%d+)$')
+  if b then
+    m[b] = (m[b] or 0) + 1
+    m.us = (m.us or 0) + tonumber(us)
+  else
+    m.d = (m.d or 0) + 1
+  end
+end
+
+-- A failed run's time ("<bucket>:<us>" or "-"), after metric() counted its outcome.
+local function metric_failed_run(handler, t)
+  if not METRICS_ON then return end
+  local us = string.match(t, '^%d+:(%d+)$')
+  if us then
+    local m = metrics_of(handler)
+    m.fus = (m.fus or 0) + tonumber(us)
+  end
+end
+
 local function next_seq(n)
   return redis.call('INCRBY', K_SEQ, n or 1)
 end
@@ -435,6 +491,19 @@ local function finish(result)
       if d ~= 0 then redis.call('HINCRBY', K_STATS, f, d) end
     end
     STATS = {}
+  end
+  if next(METRICS) then
+    local key = PREFIX .. 'metrics:' .. string.format('%d', math.floor(NOW / 60000))
+    local fresh = false
+    for handler, m in pairs(METRICS) do
+      for f, d in pairs(m) do
+        -- A field just created: maybe the key too, which then needs its TTL. A few times
+        -- per handler and minute (each field's first write), not at every call.
+        if redis.call('HINCRBY', key, handler .. '|' .. f, d) == d then fresh = true end
+      end
+    end
+    if fresh then redis.call('PEXPIRE', key, METRICS_TTL) end
+    METRICS = {}
   end
   if next(TRIM) then
     for state, cutoff in pairs(TRIM) do
@@ -761,6 +830,7 @@ local function to_dead(h, tid, attempts, err, tb, worker, now)
   redis.call('HSET', deadmap_key(h.id), tid, did)
   add(h, 'dead', 1)
   stat('failed', 1)
+  metric(h.handler, 'f', 1)
   event('dead', h.id, 'task', tid, 'error', string.sub(err, 1, 200), 'worker', worker)
 end
 
