@@ -466,6 +466,7 @@ PAGES: dict[str, tuple[str, list[str]]] = {
     "dead_group": ("/dead/default/{fingerprint}/", ["handler", "tenant", "request", "since",
                                                     "until", "after"]),
     "workers": ("/workers/", ["queue", "after"]),
+    "handlers": ("/handlers/", ["queue", "range", "sort", "handler"]),
     "audit": ("/audit/", ["queue", "user", "action", "since", "until", "after"]),
     "datajobs": ("/jobs/", ["queue", "after"]),
     "datajob": ("/jobs/default/dj-junk/", ["queue"]),

@@ -39,10 +39,11 @@ def test_allowed_shows_each_role_its_buttons(
     operator: User, viewer: User, admin_user: User
 ) -> None:
     assert allowed(viewer) == dict.fromkeys(("requeue", "delete", "cancel", "claim", "pause",
-                                             "schedule_run", "schedule_change"), False)
+                                             "schedule_run", "schedule_change", "control"),
+                                            False)
     assert allowed(operator) == {"requeue": True, "delete": False, "cancel": True,
                                  "claim": True, "pause": False, "schedule_run": True,
-                                 "schedule_change": False}
+                                 "schedule_change": False, "control": False}
     assert all(allowed(admin_user).values())
     assert not any(allowed(None).values())
 
