@@ -10,7 +10,7 @@
 | pause_queue          | pause, resume                      | admin           |
 | submit_datajob       | the Data jobs page's submit form   | operator admin  |
 | run_schedule         | a schedule's run now, pause, resume | operator admin |
-| change_schedule      | create, edit, delete a schedule    | admin           |
+| change_schedule      | create, edit, delete, restore a schedule | admin     |
 
 The admin group also sees django-axes' failed logins and login log in the Django admin and
 may unlock (delete failed logins): axes.view_accessattempt, axes.delete_accessattempt,
@@ -42,6 +42,7 @@ NEEDS = {
     "schedule-run-now": "schedule_run", "schedule-pause": "schedule_run",
     "schedule-resume": "schedule_run", "schedule-add": "schedule_change",
     "schedule-edit": "schedule_change", "schedule-remove": "schedule_change",
+    "schedule-restore": "schedule_change",
 }
 # The roles' groups, as migration 0004 grants them (codenames of app core).
 GROUPS = {
