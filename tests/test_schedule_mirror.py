@@ -221,9 +221,10 @@ def test_restore_needs_the_admins_permission(django_queue: Queue, redis_client: 
     lose_redis_data(redis_client, prefix)
     op = User.objects.create_user("op", password="x")
     op.groups.add(Group.objects.get(name="operator"))
-    with pytest.raises(CommandError, match="needs the permission core.change_schedule"):
+    with pytest.raises(CommandError, match=r"needs the permission core\.change_schedule"):
         call_command("schedule", "restore", "--as", "op", stdout=io.StringIO())
     assert Schedules(django_queue).names() == []
     assert AuditEntry.objects.filter(action="schedule-restore", refused=True).count() == 1
-    with pytest.raises(CommandError, match="bad queue name|queue name"):
+    with pytest.raises(CommandError) as err:
         run("restore", "-q", "no such")
+    assert "queue name" in str(err.value)
