@@ -64,6 +64,7 @@ def test_metrics_count_delayed_requests_and_schedules(client: Client, console: Q
 
     text = client.get("/metrics", headers={"Authorization": "Bearer t"}).content.decode()
     assert 'queueadmin_scheduled_requests{queue="default"} 3.0' in text
+    assert 'queueadmin_requests{queue="default",state="scheduled"} 3.0' in text
     assert 'queueadmin_scheduled_due_next_hour{queue="default"} 2.0' in text
     assert 'queueadmin_scheduled_requests{queue="other"} 0.0' in text
     assert 'queueadmin_schedules{queue="default",status="active"} 2.0' in text

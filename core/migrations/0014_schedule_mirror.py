@@ -1,7 +1,26 @@
 # Recurring schedules in the database (issue 19): their history, kept by the mirror, and what
 # `manage.py schedule restore` declares again after Redis lost its data.
 
+from typing import Any
+
 from django.db import migrations, models
+
+
+def grant(apps: Any, schema_editor: Any) -> None:
+    """The admin group sees the schedules' history in the Django admin (as in 0009: the
+    permission is made now, not after migrate)."""
+    from django.contrib.auth.management import create_permissions
+
+    config = apps.get_app_config("core")
+    config.models_module = True
+    create_permissions(config, apps=apps, verbosity=0)
+    config.models_module = None
+    Group = apps.get_model("auth", "Group")
+    Permission = apps.get_model("auth", "Permission")
+    perm = Permission.objects.get(content_type__app_label="core",
+                                  codename="view_schedulerecord")
+    group, _ = Group.objects.get_or_create(name="admin")
+    group.permissions.add(perm)
 
 
 class Migration(migrations.Migration):
@@ -37,4 +56,5 @@ class Migration(migrations.Migration):
                 'constraints': [models.UniqueConstraint(fields=('queue', 'name'), name='schedule_queue_name')],
             },
         ),
+        migrations.RunPython(grant, migrations.RunPython.noop),
     ]

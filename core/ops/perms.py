@@ -52,7 +52,7 @@ GROUPS = {
     "admin": ["view_console", "requeue_deadletter", "cancel_request", "claim_task",
               "delete_deadletter", "pause_queue", "view_request", "view_deadletter",
               "view_auditentry", "view_bulkaction", "submit_datajob",
-              "run_schedule", "change_schedule"],
+              "run_schedule", "change_schedule", "view_schedulerecord"],
 }
 
 
