@@ -1,8 +1,9 @@
 """Queue benchmarks: single submits (ours beside huey and rq, same run, same redis-server),
 requests of one task each processed by one worker process, batched enqueue, no-op throughput
 with 1 and 2 worker processes, the same with 1,000 and with 1,000,000 tasks waiting behind
-(backlog), and submit -> handler-start latency at a light steady rate. Prints a table and
-JSON.
+(backlog), submit -> handler-start latency at a light steady rate, and what the handlers'
+metrics cost (one-task requests with them on and off, in turns, same run). Prints a table
+and JSON.
 
     .venv/bin/python bench/bench_queue.py [--tasks 200000] [--fsync always everysec]
                                           [--only single,one_task,...] [--json-only]
@@ -53,19 +54,25 @@ TARGETS = {
     "latency_p50_ms": "≤ huey",
     "latency_p99_ms": 1.0,
     "round_trips_per_task": 2.0,
+    "metrics_rate_on_vs_off": 0.95,
+    "metrics_script_us_per_task_added": 2.0,
+    "metrics_redis_cpu_us_per_task_added": 2.0,
+    "metrics_ack_batch64_us_per_task_added": 2.0,
+    "metrics_ack_batch1_us_per_task_added": 2.0,
 }
 LOWER_IS_BETTER = ("latency", "round_trips", "_us")
-MEASURES = ("single", "one_task", "enqueue", "noop", "backlog", "latency")
+MEASURES = ("single", "one_task", "enqueue", "noop", "backlog", "latency", "metrics")
 
 
 def start_workers(
-    server: RedisServer, prefix: str, queue: str, n: int, *extra: str
+    server: RedisServer, prefix: str, queue: str, n: int, *extra: str,
+    env_extra: dict[str, str] | None = None,
 ) -> list[subprocess.Popen[bytes]]:
     env = os.environ | {
         "REDIS_URL": server.url,
         "QUEUE_PREFIX": prefix,
         "DJANGO_SETTINGS_MODULE": "queueadmin.settings",
-    }
+    } | (env_extra or {})
     return [
         subprocess.Popen(
             [
@@ -206,11 +213,12 @@ class Run:
 
 def run_workers(
     server: RedisServer, client: redis.Redis, q: Queue, tasks: int, workers: int,
-    *extra: str,
+    *extra: str, env_extra: dict[str, str] | None = None,
 ) -> Run:
     """Run `workers` burst workers until `tasks` are done; measured from the first ack to the
     last. With `extra` "--max-tasks N" they stop there, leaving the rest waiting."""
-    procs = start_workers(server, q.keys.prefix, q.name, workers, "--burst", *extra)
+    procs = start_workers(server, q.keys.prefix, q.name, workers, "--burst", *extra,
+                          env_extra=env_extra)
     try:
         done = lambda: int(client.hget(q.keys.stats, "done") or 0)  # noqa: E731
         fcall_us = lambda: command_stats(client).get("fcall", (0, 0))[1]  # noqa: E731
@@ -288,6 +296,71 @@ def bench_one_task_requests(
         "one_task_redis_cpu_us_per_task": run.per_task(run.redis_cpu_us),
         "one_task_script_us_per_task": run.per_task(run.script_us),
     }
+
+
+def bench_metrics(
+    server: RedisServer, client: redis.Redis, prefix: str, tasks: int, rounds: int = 2
+) -> dict[str, Any]:
+    """What the handlers' metrics cost: one-task requests processed by one worker process
+    with them on and off (QA_HANDLER_METRICS=off), in turns on the same server (on, off, off,
+    on, ...), the median of `rounds` runs each; and the engine's time per task for an ack sent
+    alone (the worst case: no batch to share the metrics' writes) and in a batch of 64 (the
+    worker's usual), in turns with and without them."""
+    runs: dict[str, list[Run]] = {"on": [], "off": []}
+    for r in range(rounds):
+        for mode in ("on", "off") if r % 2 == 0 else ("off", "on"):
+            q = Queue(client, f"metrics-{mode}-{r}", prefix=prefix)
+            for _ in range(tasks):
+                q.submit([None], handler="noop")
+            runs[mode].append(run_workers(server, client, q, tasks, 1,
+                                          env_extra={"QA_HANDLER_METRICS": mode}))
+    out: dict[str, Any] = {}
+    for mode, measured in runs.items():
+        out[f"metrics_{mode}_one_task_requests_per_s"] = round(
+            statistics.median(run.tasks / run.elapsed for run in measured))
+        out[f"metrics_{mode}_redis_cpu_us_per_task"] = statistics.median(
+            run.per_task(run.redis_cpu_us) for run in measured)
+        out[f"metrics_{mode}_script_us_per_task"] = statistics.median(
+            run.per_task(run.script_us) for run in measured)
+        out[f"metrics_{mode}_runs_per_s"] = [round(run.tasks / run.elapsed) for run in measured]
+    out["metrics_rate_on_vs_off"] = round(
+        out["metrics_on_one_task_requests_per_s"] / out["metrics_off_one_task_requests_per_s"], 3)
+    out["metrics_script_us_per_task_added"] = round(
+        out["metrics_on_script_us_per_task"] - out["metrics_off_script_us_per_task"], 2)
+    out["metrics_redis_cpu_us_per_task_added"] = round(
+        out["metrics_on_redis_cpu_us_per_task"] - out["metrics_off_redis_cpu_us_per_task"], 2)
+    for batch in (64, 1):
+        on, off = _ack_us_per_task(client, prefix, batch)
+        out[f"metrics_ack_batch{batch}_us_per_task_on"] = on
+        out[f"metrics_ack_batch{batch}_us_per_task_off"] = off
+        out[f"metrics_ack_batch{batch}_us_per_task_added"] = round(on - off, 2)
+    return out
+
+
+def _ack_us_per_task(
+    client: redis.Redis, prefix: str, batch: int, rounds: int = 101, tasks: int = 64
+) -> tuple[float, float]:
+    """The engine's time (FCALL, as Redis counts it) per task of acking `tasks` timed one-task
+    requests, `batch` per call, with the metrics on and off in turns: the 10th percentile of
+    `rounds` samples each. Less exposed to a busy machine than the worker runs: the samples
+    that other processes slowed (preempted Redis) are left above it."""
+    queues = {m: Queue(client, f"ack-cost-{m}-{batch}", prefix=prefix, metrics=m)
+              for m in (True, False)}
+    samples: dict[bool, list[float]] = {True: [], False: []}
+    for r in range(rounds + 1):
+        for metrics in (True, False) if r % 2 else (False, True):
+            q = queues[metrics]
+            for _ in range(tasks):
+                q.submit([None], handler="noop")
+            leases = q.dequeue("w", tasks)
+            before = command_stats(client).get("fcall", (0, 0))[1]
+            for i in range(0, tasks, batch):
+                q.ack_many(leases[i : i + batch], durations=[0.0004] * len(leases[i : i + batch]))
+            if r:  # the first round loads, warms and makes the minute's key
+                samples[metrics].append(
+                    (command_stats(client).get("fcall", (0, 0))[1] - before) / tasks)
+    return (round(statistics.quantiles(samples[True], n=10)[0], 2),
+            round(statistics.quantiles(samples[False], n=10)[0], 2))
 
 
 def bench_peer_workers(server: RedisServer, tasks: int) -> dict[str, Any]:
@@ -454,6 +527,8 @@ def run_all(fsync: str, args: argparse.Namespace, only: set[str]) -> dict[str, A
                     results |= bench_peer_workers(server, args.one_task)
             if "enqueue" in only:
                 results |= bench_enqueue(client, "b1")
+            if "metrics" in only:
+                results |= bench_metrics(server, client, "b7", args.one_task)
             if "noop" in only:
                 results |= bench_throughput(server, client, "b2", args.tasks, 1)
                 results |= bench_throughput(server, client, "b3", args.tasks, 2)

@@ -53,4 +53,6 @@ def get_queue(name: str | None = None) -> Queue:
     """The queue `name` ("default" if None) on settings.REDIS_URL under settings.QUEUE_PREFIX."""
     # The cast until QueueBase's annotation names RedisCluster, which it already accepts.
     client = cast(redis.Redis, redis_client())
-    return Queue(client, name or DEFAULT_QUEUE, prefix=settings.QUEUE_PREFIX)
+    return Queue(client, name or DEFAULT_QUEUE, prefix=settings.QUEUE_PREFIX,
+                 max_result_bytes=settings.QUEUE_MAX_RESULT_BYTES,
+                 metrics=getattr(settings, "HANDLER_METRICS", True))

@@ -9,7 +9,9 @@ files and the admin user while Spark starts, then runs the services (gunicorn, w
 own session, and warms Spark with a first job.
 Ctrl-C, SIGINT, SIGTERM or SIGHUP (to this process, or SIGINT to the `make` that started it)
 stops every child it started, by PID, services first, then Spark, Redis last, and exits 0; a
-child that dies on its own stops the rest and fails (a worker or Spark is started again).
+child that dies on its own stops the rest and fails (a worker or Spark is started again, but
+a worker that an operator stopped from the console or `manage.py worker stop` stays stopped
+until the stack is restarted).
 """
 
 from __future__ import annotations
@@ -417,6 +419,14 @@ class Stack:
                     self.out.write(f"warning: {child.name} (pid {child.process.pid}) exited "
                                    f"with code {code} (its output above says why)\n")
                 continue
+            if self._stopped_on_request(child):
+                self.children.remove(child)
+                self.out.write(
+                    f"{child.name} (pid {child.process.pid}) exited with code {code}: an "
+                    "operator stopped it (the workers page, or `manage.py worker stop`); not "
+                    "started again until the stack is restarted\n")
+                self.out.flush()
+                continue
             if spec is None or not spec.restart:
                 raise CommandError(
                     f"{child.name} (pid {child.process.pid}) exited with code {code}; "
@@ -437,6 +447,25 @@ class Stack:
                 f"again in {delay:g} s ({self._recover(child)})\n"
             )
             self.out.flush()
+
+    def _stopped_on_request(self, child: Child) -> bool:
+        """Whether an operator stopped this worker (Queue.control_worker): it says so in Redis
+        for an hour after its exit. A worker stopped so stays stopped: the operator meant it
+        (a worker that is only to take no work for a while is quieted instead). A Redis that
+        does not answer: not known, so the worker is started again as after any exit."""
+        if child.spec is None or child.spec.worker_queue is None or child.worker_name is None:
+            return False
+        from core.queue import Queue, QueueError
+
+        try:
+            q = Queue.from_url(self.redis_url, child.spec.worker_queue,
+                               prefix=settings.QUEUE_PREFIX)
+            try:
+                return bool(q.worker_control(child.worker_name) == "stop")
+            finally:
+                q.redis.close()
+        except QueueError:
+            return False
 
     def _recover(self, child: Child) -> str:
         """Reap the leases of a worker whose process exited: it runs nothing any more, so its

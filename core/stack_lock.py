@@ -13,10 +13,16 @@ import fcntl
 import os
 from pathlib import Path
 
+from core.queue.errors import QueueadminError
+
 LOCK_NAME = "stack.lock"
 
 
-class DataDirBusy(Exception):
+class StackError(QueueadminError):
+    """Root of what the embedded stack (core.stack, its lock, its redis-server) raises."""
+
+
+class DataDirBusy(StackError):
     """Another stack holds the lock; `holders` maps each recorded role to its pid."""
 
     def __init__(self, path: Path, holders: dict[str, int]) -> None:

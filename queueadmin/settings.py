@@ -2,6 +2,8 @@
 
 REDIS_URL      Redis for the queue (default: the project-managed redis-server on port 6390)
 QUEUE_PREFIX   prefix of every queue key (default "qa")
+QA_MAX_RESULT_BYTES  largest handler result a worker keeps, as JSON (default 65536); past it
+               the task is dead-lettered (docs/results.md)
 DATABASE_URL   any dj-database-url URL (default: SQLite in var/db.sqlite3; postgres://... works)
 SECRET_KEY     default: generated once and kept in var/secret_key, so sessions survive restarts
 DEBUG          "1" or "true" to turn on (default off)
@@ -14,7 +16,10 @@ QA_VAR_DIR     where local state lives (default: var/ in the checkout; installed
 QA_REDIS_PORT  port of the embedded redis-server (default 6390)
 QA_REDIS_FSYNC appendfsync of the embedded redis-server: always (default) or everysec
 QA_HANDLER_MODULES  comma-separated modules whose import registers task handlers, loaded by
-               every `runworker` (besides core.worker.builtins)
+               every `runworker` (besides core.worker.builtins and, for data jobs,
+               core.pipeline.tasks)
+QA_HANDLER_METRICS  "off": the engine keeps no per-handler metrics for this process's acks,
+               fails and reaps (default on; see docs/console.md, Handlers)
 METRICS_TOKEN  bearer token that /metrics requires (unset: /metrics answers 404)
 QA_SECURE_COOKIES  "1": session and CSRF cookies only over HTTPS even when Django sees plain
                HTTP (behind a TLS proxy that sets no X-Forwarded-Proto); they are Secure
@@ -135,7 +140,8 @@ EMBEDDED_REDIS_FSYNC = os.environ.get("QA_REDIS_FSYNC", "").strip() or "always"
 EMBEDDED_REDIS = not os.environ.get("REDIS_URL")
 REDIS_URL = os.environ.get("REDIS_URL") or f"redis://127.0.0.1:{EMBEDDED_REDIS_PORT}/0"
 QUEUE_PREFIX = os.environ.get("QUEUE_PREFIX") or "qa"
-QUEUEADMIN_HANDLER_MODULES = _env_list("QA_HANDLER_MODULES", "")
+QUEUE_MAX_RESULT_BYTES = int(os.environ.get("QA_MAX_RESULT_BYTES") or "65536")
+HANDLER_METRICS = os.environ.get("QA_HANDLER_METRICS", "").strip().lower() != "off"
 
 # The data pipeline's Spark (core/pipeline/spark.py reads these when a worker makes its session;
 # neither SPARK_REMOTE nor SPARK_MASTER: the stack's own Connect server, core/pipeline/server.py).
@@ -143,6 +149,12 @@ SPARK_MASTER = os.environ.get("SPARK_MASTER", "").strip()
 SPARK_REMOTE = os.environ.get("SPARK_REMOTE", "").strip()
 SPARK_OFF = os.environ.get("QA_SPARK", "").strip().lower() == "off"
 EMBEDDED_SPARK = not (SPARK_REMOTE or SPARK_MASTER or SPARK_OFF)
+# The modules whose import registers task handlers (and data jobs' transforms), loaded by every
+# worker besides core.worker.builtins, and by `datajob submit` for transforms: the data jobs'
+# handler (unless QA_SPARK=off), then QA_HANDLER_MODULES. Nothing else is imported behind the
+# worker's back.
+QUEUEADMIN_HANDLER_MODULES = [*([] if SPARK_OFF else ["core.pipeline.tasks"]),
+                              *_env_list("QA_HANDLER_MODULES", "")]
 SPARK_CONNECT_PORT = int(os.environ.get("QA_SPARK_PORT") or "15390")
 SPARK_MEMORY = os.environ.get("QA_SPARK_MEMORY", "").strip() or "1g"
 # More chunks of one job at once than the embedded Spark has cores only makes each slower (a

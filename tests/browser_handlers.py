@@ -39,3 +39,20 @@ def slow(payload: dict[str, Any], ctx: TaskContext) -> None:
     except Cancelled:
         r.incr(f"browser:stopped:{ctx.request_id}")
         raise
+
+
+@handler("steps")
+def steps(payload: dict[str, Any], ctx: TaskContext) -> None:
+    """Reports progress i of `steps` ("step i+1 of N") and logs "started step i+1", then waits
+    (checking for cancellation, at most a minute) for the key browser:steps:<request>:<i>
+    that the test sets; at the end reports N of N, "all steps done"."""
+    n = int(payload["steps"])
+    r = ctx.queue.redis
+    for i in range(n):
+        ctx.progress(i, n, f"step {i + 1} of {n}")
+        ctx.log(f"started step {i + 1}")
+        deadline = time.monotonic() + 60
+        while not r.exists(f"browser:steps:{ctx.request_id}:{i}") and time.monotonic() < deadline:
+            ctx.check()
+            time.sleep(0.05)
+    ctx.progress(n, n, "all steps done")

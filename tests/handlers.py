@@ -120,3 +120,21 @@ def gated(payload: dict[str, Any], ctx: TaskContext) -> None:
         r.rpush(log, f"gone {ctx.task_id} {ctx.attempt} {ctx.worker}")
         raise
     r.rpush(log, f"end {ctx.task_id} {ctx.attempt} {ctx.worker}")
+
+
+@handler("stepped")
+def stepped(payload: dict[str, Any], ctx: TaskContext) -> None:
+    """Payload {"k": key base, "steps": N}: for each step i, reports progress i of N with the
+    message "step i" and the log line "line i", pushes "reported <i> <attempt>" to <k>:log,
+    then waits (at most a minute, checking nothing) for the key <k>:go:<i>; at the end
+    reports N of N, "finished". A test moves it on step by step."""
+    r = ctx.queue.redis
+    steps = int(payload["steps"])
+    for i in range(steps):
+        ctx.progress(i, steps, f"step {i}")
+        ctx.log(f"line {i}")
+        r.rpush(f"{payload['k']}:log", f"reported {i} {ctx.attempt}")
+        deadline = time.monotonic() + 60
+        while not r.exists(f"{payload['k']}:go:{i}") and time.monotonic() < deadline:
+            time.sleep(0.02)
+    ctx.progress(steps, steps, "finished")

@@ -111,6 +111,10 @@ CONSOLE: dict[str, tuple[str, Callable[[Env], None]]] = {
     "bulk confirm": ("requeue", console_bulk_confirm),
     "bulk stop": ("stop", console_bulk_stop),
     "datajob submit": ("datajob", console_datajob),
+    "worker quiet": ("worker-quiet", lambda e: act(e.ada, "/workers/", "worker-quiet",
+                                                   worker="w-live")),
+    "worker stop": ("worker-stop", lambda e: act(e.ada, "/workers/", "worker-stop",
+                                                 worker="w-live", confirmed="1")),
 }
 
 
@@ -181,6 +185,9 @@ CLI: dict[str, tuple[str, str, Callable[[Env], None]]] = {
         "createuser", "newbie", "--role", "viewer", "--as", "root")),
     "axes_reset_username": (OS, "unlock", lambda e: manage("axes_reset_username", "vic")),
     "runstack's admin": (OS, "user-add", lambda e: runstack_admin()),
+    "worker quiet": (OS, "worker-quiet", lambda e: manage("worker", "quiet", "w-live")),
+    "worker stop --as": ("ada", "worker-stop", lambda e: manage("worker", "stop", "w-live",
+                                                                "--as", "ada")),
 }
 
 

@@ -42,7 +42,7 @@ def complete_job(q: Queue, tmp_path: Path, job_id: str = "dj1") -> Any:
     with warnings.catch_warnings():  # no worker announced the datajob handler (said once)
         warnings.simplefilter("ignore", UnknownHandlerWarning)
         jobs.submit(q, spec)
-    key = jobs.record_key(q, job_id)
+    key = q.keys.record(jobs.RECORD_KIND, job_id)
     report = {"chunk": 0, "rows_in": 1, "rows_out": 1, "seconds": 0.5, "attempt": 1,
               "worker": "w-one"}
     q.redis.hset(key, mapping={"chunks": 2, "chunk:0": json.dumps(report)})
@@ -389,11 +389,12 @@ def test_a_failed_chunk_shows_failed_with_its_reason_and_a_link_to_its_dead_lett
     # (still running) then fails on its only attempt: a dead letter.
     split_by_hand(console, spec, 3)
     leases = {lease.payload["chunk"]: lease for lease in console.dequeue("w-one", count=3)}
-    console.redis.hset(jobs.record_key(console, "dj1"), "chunks", 3)
+    console.redis.hset(console.keys.record(jobs.RECORD_KIND, "dj1"), "chunks", 3)
     for k in (0, 2):
         report = {"chunk": k, "rows_in": 1, "rows_out": 1, "seconds": 0.5, "attempt": 1,
                   "worker": "w-one"}
-        console.redis.hset(jobs.record_key(console, "dj1"), f"chunk:{k}", json.dumps(report))
+        console.redis.hset(console.keys.record(jobs.RECORD_KIND, "dj1"), f"chunk:{k}",
+                           json.dumps(report))
         console.ack(leases[k])
     html = viewer.get("/jobs/default/dj1/").content.decode()
     assert '<tr data-chunk="1"><td class="n">1</td><td class="chunk-state">running</td>' in html
@@ -433,7 +434,7 @@ def test_the_queues_strip_follows_the_poll_so_a_done_job_shows_no_stale_leased_t
     spec = submitted_job(console, tmp_path, chunks=1)
     split_by_hand(console, spec, 1)
     [chunk] = console.dequeue("w-one", count=1)
-    key = jobs.record_key(console, "dj1")
+    key = console.keys.record(jobs.RECORD_KIND, "dj1")
     report = {"chunk": 0, "rows_in": 1, "rows_out": 1, "seconds": 0.5, "attempt": 1,
               "worker": "w-one"}
     console.redis.hset(key, mapping={"chunks": 1, "chunk:0": json.dumps(report)})
@@ -533,7 +534,7 @@ def test_numbers_are_right_aligned_under_right_aligned_headers_with_even_decimal
     console: Queue, viewer: Client, tmp_path: Path
 ) -> None:
     complete_job(console, tmp_path)
-    key = jobs.record_key(console, "dj1")
+    key = console.keys.record(jobs.RECORD_KIND, "dj1")
     report = {"chunk": 1, "rows_in": 1234567, "rows_out": 1, "seconds": 0.553, "attempt": 1,
               "worker": "w-one"}
     console.redis.hset(key, mapping={"chunk:0": json.dumps({**report, "chunk": 0,
@@ -567,12 +568,12 @@ def test_a_running_chunk_shows_running_and_a_line_counts_done_running_waiting(
 ) -> None:
     spec = submitted_job(console, tmp_path, chunks=4)
     split_by_hand(console, spec, 4)
-    console.redis.hset(jobs.record_key(console, "dj1"), "chunks", 4)
+    console.redis.hset(console.keys.record(jobs.RECORD_KIND, "dj1"), "chunks", 4)
     leases = console.dequeue("w-one", count=2)
     assert sorted(lease.payload["chunk"] for lease in leases) == [0, 1]
     done = {"chunk": 0, "rows_in": 1, "rows_out": 1, "seconds": 0.5, "attempt": 1,
             "worker": "w-one"}
-    console.redis.hset(jobs.record_key(console, "dj1"), "chunk:0", json.dumps(done))
+    console.redis.hset(console.keys.record(jobs.RECORD_KIND, "dj1"), "chunk:0", json.dumps(done))
     console.ack(leases[0] if leases[0].payload["chunk"] == 0 else leases[1])
     mirror(console)
     html = viewer.get("/jobs/default/dj1/").content.decode()

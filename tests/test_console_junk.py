@@ -459,7 +459,8 @@ PAGES: dict[str, tuple[str, list[str]]] = {
     "overview": ("/", ["queue"]),
     "requests": ("/requests/", ["queue", "state", "tenant", "handler", "priority", "since",
                                 "until", "sort", "id", "after"]),
-    "request": ("/requests/default/{running}/", ["after"]),
+    "request": ("/requests/default/{running}/", ["after", "results"]),
+    "result": ("/requests/default/res-1/results/{result_task}/", ["queue", "format"]),
     "pending": ("/pending/", ["queue", "after"]),
     "dead": ("/dead/", ["queue", "handler", "tenant", "request", "since", "until"]),
     "dead_group": ("/dead/default/{fingerprint}/", ["handler", "tenant", "request", "since",
@@ -492,6 +493,9 @@ ACTIONS: dict[str, tuple[dict[str, str], list[str]]] = {
     "pause": ({}, ["queue", "next"]),
     "resume": ({}, ["queue", "next"]),
     "run-now": ({"request": "nosuch-1"}, ["request", "one", *COMMON]),
+    "worker-quiet": ({"worker": "w-live"}, ["worker"]),
+    "worker-resume": ({"worker": "w-live"}, ["worker"]),
+    "worker-stop": ({"worker": "w-live", "confirmed": "1"}, ["worker"]),
 }
 PREVIEW_FIELDS = ["preview", "action", "queue", "handler", "tenant", "request", "fingerprint",
                   "since", "until", "state", "priority", "id"]
@@ -547,6 +551,10 @@ def test_junk_in_every_parameter_and_field_is_never_a_5xx_nor_an_outage(
     names = {"running": world.running, "failed": world.failed, "fingerprint": world.fingerprint,
              "dead": world.dead_ids[0], "stale_task": world.stale_task,
              "bulk": bulk_url.strip("/").split("/")[-1]}
+    world.q.submit([1], handler="echo", request_id="res-1", priority=99)  # leased first
+    [leased] = world.q.dequeue("w-res", 1)
+    world.q.ack(leased, {"note": "a result"})
+    names["result_task"] = leased.task_id
     admin.raise_request_exception = False  # a 500 is counted, not raised
     junk = Junk(admin)
 
@@ -560,7 +568,8 @@ def test_junk_in_every_parameter_and_field_is_never_a_5xx_nor_an_outage(
         v = _q(value)
         for path in (f"/requests/{v}/x/", f"/requests/default/{v}/", f"/dead/default/{v}/",
                      f"/dead/{v}/{'a' * 40}/", f"/jobs/default/{v}/", f"/jobs/{v}/x/",
-                     f"/actions/bulk/{v}/", f"/actions/{v}/"):
+                     f"/actions/bulk/{v}/", f"/actions/{v}/",
+                     f"/requests/default/res-1/results/{v}/", f"/requests/{v}/res-1/results/x/"):
             junk.get(path)
     for n in ("0", "99999999999999999999", str(2**63), str(2**64)):
         junk.get(f"/actions/bulk/{n}/")

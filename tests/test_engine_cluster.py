@@ -54,6 +54,8 @@ def test_every_operation_runs_on_a_cluster_and_queues_spread_over_shards(
         q.fail(b, "boom")
         c = q.dequeue("w", 1)[0]
         assert q.heartbeat("w", {"pid": 1}, [c]) == [1]
+        assert q.progress(c, done=1, total=2, message="half", lines=[(0, "hi")])
+        assert introspect.progress(q, "r")[0].message == "half"
         clock.advance(1001)
         assert [r.outcome for r in q.reap()] == ["dead"]
         assert q.requeue_request("r") == 2
@@ -76,3 +78,20 @@ def test_every_operation_runs_on_a_cluster_and_queues_spread_over_shards(
         assert (stats.waiting, stats.leased, stats.dead) == (0, 0, 0)
         assert introspect.workers(q).items[0].name == "w"
         assert introspect.dead_letters(q) == []
+
+
+def test_results_are_kept_and_read_on_a_cluster(client: ClusterClient) -> None:
+    """Issue 20: a result is written by the ack's script into a key of the queue's own slot,
+    and read back (a transaction, a pipeline, HSCAN pages) from that slot alone."""
+    prefix = "c" + uuid.uuid4().hex[:8]
+    for name in ("qa", "qb", "qc"):
+        q = Queue(client, name, prefix=prefix)
+        q.submit([1, 2, 3], request_id="r", handler="echo")
+        leases = q.dequeue("w", 3)
+        q.ack_many(leases, [{"n": 1}, None, "three"])
+        assert client.keyslot(q.keys.results("r")) == client.keyslot(q.keys.ready)
+        assert q.wait("r", timeout=1, results=True) == (
+            "done", {leases[0].task_id: {"n": 1}, leases[2].task_id: "three"})
+        page = introspect.results(q, "r")
+        assert page.total == 2 and page.cursor == 0
+        assert introspect.result_text(q, "r", leases[2].task_id) == '"three"'

@@ -99,3 +99,35 @@ def test_a_waiting_one_task_request_takes_little_redis_memory(own_server: RedisS
         q.keys.tasks(sub.request_id)
     )
     assert used < 2_500, f"a waiting one-task request takes {used} bytes"
+
+
+def test_a_result_costs_its_write_and_its_expiry_and_nothing_else(
+    own_server: RedisServer,
+) -> None:
+    """Issue 20: a handler's result rides on its ack (one HSET, the request's field written
+    with its counters) and takes the request's expiry at completion (one PEXPIRE)."""
+    client = redis.Redis.from_url(own_server.url, decode_responses=True)
+    # Without the handlers' metrics, whose minute hash takes a PEXPIRE when a field is new.
+    q = Queue(client, "cost", metrics=False)
+
+    def run(result: object) -> dict[str, int]:
+        q.submit([0], handler="noop")  # the library loaded, the tenant slot made
+        q.ack(q.ack_and_dequeue("w", 1)[1][0])
+        for i in range(N):
+            q.submit([{"n": i}], handler="echo")
+        after_submit = counts(client)
+        entries: list[str] = []
+        while True:
+            _, got, _ = q.ack_and_dequeue("w", 64, entries)
+            if not got:
+                break
+            entries = [q.ack_entry(lease, result) for lease in got]
+        finished = counts(client)
+        assert introspect.drained(q)
+        return {k: n - after_submit.get(k, 0) for k, n in finished.items()
+                if k not in ("fcall", "info") and n - after_submit.get(k, 0)}
+
+    plain = run(None)
+    kept = run({"rows": 1})
+    extra = {k: kept.get(k, 0) - plain.get(k, 0) for k in set(kept) | set(plain)}
+    assert {k: v for k, v in extra.items() if v} == {"hset": N, "pexpire": N}

@@ -17,9 +17,9 @@ from django.core.management.base import CommandError
 from core.mirror import MirrorConfig, run_mirror
 from core.mirror.apply import apply_batch
 from core.mirror.samples import prune, sample
-from core.mirror.streams import Streams, sid
 from core.models import DeadLetter, QueueSample, Request
 from core.queue import Queue
+from core.queue.follow import Streams, sid
 from tests.conftest import FakeClock
 from tests.mirror_support import assert_db_equals_redis, finish, mirror
 

@@ -460,7 +460,7 @@ def test_a_job_whose_requests_expired_runs_again_when_submitted_again(
         if ":req:again1" in k and redis_client.pttl(k) > 0:
             redis_client.delete(k)
     assert jobs.status(django_queue, "again1").request is None
-    assert redis_client.exists(jobs.record_key(django_queue, "again1"))
+    assert redis_client.exists(django_queue.keys.record(jobs.RECORD_KIND, "again1"))
     assert _quiet_submit(spec) == "again1\n"  # a new run, said as such
     st = jobs.status(django_queue, "again1")
     assert st.state == "running" and st.request is not None and st.request.total == 1

@@ -433,7 +433,8 @@ def test_a_chunk_task_of_a_job_whose_record_was_rewritten_is_refused(
     """A chunk task takes its job's spec from the job's record in Redis: a record rewritten
     after the submit (its "spec" field) is checked again by the chunk and refused."""
     legit_job(jobq, place, "j1")
-    jobq.redis.hset(jobs.record_key(jobq, "j1"), "spec", json.dumps(case.spec(place, "j1")))
+    jobq.redis.hset(jobq.keys.record(jobs.RECORD_KIND, "j1"), "spec",
+                    json.dumps(case.spec(place, "j1")))
     jobq.add("j1", [{"op": "chunk", "job": "j1", "chunk": 0,
                      "read": {"files": [str(place.tmp / "data.csv")]}}])
     jobq.seal("j1")
@@ -474,7 +475,7 @@ def test_a_chunk_task_whose_read_names_a_file_outside_the_roots_is_refused(
     if where == "payload":
         jobq.add("j2", [{"op": "chunk", "job": "j2", "chunk": 0, "read": read}])
     else:
-        jobq.redis.hset(jobs.record_key(jobq, "j2"), "read:0", json.dumps(read))
+        jobq.redis.hset(jobq.keys.record(jobs.RECORD_KIND, "j2"), "read:0", json.dumps(read))
         jobq.add("j2", [{"op": "chunk", "job": "j2", "chunk": 0}])
     jobq.seal("j2")
     run_worker(jobq)
@@ -498,7 +499,7 @@ def test_a_job_id_that_leads_the_staging_out_of_the_roots_is_refused(
     the staging outside the roots, is refused, and nothing is written there."""
     legit_job(jobq, place, "j3")
     forged = Case("", "").spec(place, place.fill("j3/../../{up}/x"))
-    jobq.redis.hset(jobs.record_key(jobq, "j3"), "spec", json.dumps(forged))
+    jobq.redis.hset(jobq.keys.record(jobs.RECORD_KIND, "j3"), "spec", json.dumps(forged))
     jobq.add("j3", [{"op": "chunk", "job": "j3", "chunk": 0,
                      "read": {"files": [str(place.tmp / "data.csv")], "known_rows": 2}}])
     jobq.seal("j3")

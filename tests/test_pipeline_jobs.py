@@ -151,8 +151,7 @@ def test_a_split_without_spark_still_fails_a_job_whose_sql_only_spark_refuses(
                      output=str(tmp_path / "again"), job_id="again")
     st = run_job(dq, again, concurrency=2)
     assert st.state == "done", st.failures
-    record = {k.decode() if isinstance(k, bytes) else k: v.decode() if isinstance(v, bytes)
-              else v for k, v in dq.redis.hgetall(jobs.record_key(dq, "again")).items()}
+    record = jobs.records(dq).all("again")
     assert record["split"] == "row groups" and record["schema"] == ""
     got = spark_session.read.parquet(again.output)
     assertDataFrameEqual(got, spark_session.createDataFrame(by_pandas(df)), rtol=1e-9)

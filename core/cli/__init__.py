@@ -16,10 +16,15 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import CommandError
 
 from core.conf import redacted
-from core.queue import InvalidInput, QueueError, RedisUnavailable, UnknownRequest
+from core.queue import InvalidInput, QueueadminError, QueueError, RedisUnavailable, UnknownRequest
 
 if TYPE_CHECKING:
     from core.ops.audit import Actor
+
+
+class CliError(QueueadminError):
+    """Root of the commands' own refusals (what the engine or the service layer refuse keeps
+    its own class); every one leaves a command as a CommandError with its message."""
 
 
 def unreachable_message(url: str) -> str:

@@ -52,10 +52,7 @@ def _done(result: Result, out: TextIO) -> Result:
 
 
 def _still_dead(q: Queue, ids: list[str]) -> int:
-    pipe = q.redis.pipeline(transaction=False)
-    for i in ids:
-        pipe.xrange(q.keys.dead, i, i, count=1)
-    return sum(1 for rows in pipe.execute() if rows)
+    return len(introspect.dead_letters_present(q, ids))
 
 
 def requeue(
@@ -143,10 +140,8 @@ def cancel(*, queue: str, ids: Sequence[str], out: TextIO, dry_run: bool = False
                                      len(id_list))
             q = actions.open_queue(queue)
             valid = actions._ids(id_list, "request id", actions._request_id)
-            pipe = q.redis.pipeline(transaction=False)
-            for rid in valid:
-                pipe.hget(q.keys.request(rid), "state")
-            n = sum(1 for s in pipe.execute() if s in ("open", "active"))
+            states = introspect.requests_many(q, valid)
+            n = sum(1 for info in states.values() if info.state in ("open", "active"))
             return _dry(actor, "cancel", queue, audit.describe_ids(valid), n, out, "requests")
         return _done(actions.cancel(actor, queue, id_list), out).acted
 

@@ -22,7 +22,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from core.cli import command_errors
+from core.cli import CliError, command_errors
 from core.cli.due import Due, describe
 from core.conf import get_queue
 from core.queue import PayloadTooLarge, Queue, handlers, introspect
@@ -44,7 +44,7 @@ class SubmitOutcome:
     state: str  # after submit, or the final state when waited for
 
 
-class NotJSON(ValueError):
+class NotJSON(CliError, ValueError):
     """Python's json module takes NaN, Infinity and numbers too large for a float (1e999,
     read as Infinity); JSON has none of them, and the engine would send them as null."""
 
@@ -148,13 +148,17 @@ def submit(
     request_id: str | None = None,
     wait: bool = False,
     timeout: float | None = None,
+    print_results: bool = False,
     due: Due | None = None,
     stdin: TextIO | None = None,
     stdout: TextIO | None = None,
     stderr: TextIO | None = None,
 ) -> SubmitOutcome:
     """Submit one request; print its id on `stdout`. With `wait`, follow it to the end and
-    raise CommandError unless it ends done. Options left None take the engine's defaults.
+    raise CommandError unless it ends done; with `print_results` too, first print its
+    tasks' results on `stdout`, one JSON line each: {"task": ID, "result": VALUE}, in task
+    order (those of a request that did not end done as well). Options left None take the
+    engine's defaults.
 
     `handler` must name a handler that a worker of the queue has announced, unless
     `any_handler` (for a producer that starts before its workers). With `due` the request
@@ -163,6 +167,8 @@ def submit(
     stderr = stderr or sys.stderr
     if timeout is not None and not wait:
         raise CommandError("--timeout applies only with --wait")
+    if print_results and not wait:
+        raise CommandError("--print-results applies only with --wait")
     if timeout is not None and timeout <= 0:
         raise CommandError(f"--timeout must be a positive number of seconds, got {timeout}")
     sourced = read_tasks(task_args, file, stdin=stdin)
@@ -208,12 +214,23 @@ def submit(
         return outcome
     with command_errors("wait"):
         info = wait_for(q, sub.request_id, timeout=timeout, stderr=stderr)
+    if print_results:
+        with command_errors("results"):
+            results = q.result(sub.request_id)
+        write_results(results, stdout)
     if info.state != "done":
         raise CommandError(
             f"request {info.id} ended {info.state}: {info.done} of {info.total} tasks done, "
             f"{info.dead} dead-lettered, {info.cancelled} cancelled"
         )
     return SubmitOutcome(sub.request_id, sub.created, sub.total, info.state)
+
+
+def write_results(results: dict[str, Any], stdout: TextIO) -> None:
+    """One JSON line per result, {"task": ID, "result": VALUE}, as `jq` reads them."""
+    for tid, value in results.items():
+        stdout.write(json.dumps({"task": tid, "result": value}, ensure_ascii=False) + "\n")
+    stdout.flush()
 
 
 def check_handler(q: Queue, handler: str | None, *, any_handler: bool = False) -> str:

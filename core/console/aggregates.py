@@ -76,30 +76,14 @@ class QueueSummary:
 
 def summary(queue: Queue) -> QueueSummary:
     """The queue's aggregates (cached)."""
-    return cached(f"summary|{queue.keys.base}", lambda: _summary(queue))
+    return cached(f"summary|{queue.keys.prefix}|{queue.name}", lambda: _summary(queue))
 
 
 def _summary(queue: Queue) -> QueueSummary:
-    k = queue.keys
     stats = introspect.stats(queue, worker_timeout_ms=LIVE_WORKER_MS)
-    r: Any = queue.redis
-    with translated("console summary"):
-        now = queue.now_ms()
-        pipe = r.pipeline(transaction=False)
-        pipe.zcard(k.workers)
-        pipe.zcount(k.leases, "-inf", f"({now}")
-        pipe.zrange(k.state_index("active"), 0, OLDEST_CHECKED - 1)
-        registered, expired, oldest = pipe.execute()
-        oldest_waiting = None
-        if oldest:
-            pipe = r.pipeline(transaction=False)
-            for rid in oldest:
-                pipe.hmget(k.request(rid), "waiting", "delayed", "created_ms")
-            for waiting, delayed, created in pipe.execute():
-                if int(waiting or 0) + int(delayed or 0) > 0 and created:
-                    oldest_waiting = int(created)
-                    break
-    return QueueSummary(queue.name, stats, now, registered, expired, oldest_waiting)
+    a = introspect.attention(queue, checked=OLDEST_CHECKED)
+    return QueueSummary(queue.name, stats, a.now_ms, a.registered_workers, a.expired_leases,
+                        a.oldest_waiting_ms)
 
 
 @dataclass(frozen=True)

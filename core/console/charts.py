@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 import datetime as dt
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from core.models import QueueSample
@@ -93,23 +94,42 @@ class Chart:
     plot_left: int
     plot_bottom: int
     plot_top: int
+    unit: str = "tasks per minute"
+    totals: bool = True  # the legend shows each line's total over the window
+    empty_text: str = ("No samples in this window yet: the mirror (runmirror) records the "
+                       "queue's counters every ~10 s.")
+
+
+def per_minute(v: float) -> str:
+    return f"{_fmt(v)}/min"
 
 
 def chart(queue: str, window: Window, now: dt.datetime) -> Chart:
     """The window's lines scaled into a WIDTH x HEIGHT box."""
-    data = buckets(queue, window, now)
+    return draw(window.name, buckets(queue, window, now), window.bucket)
+
+
+def draw(
+    title: str, data: Sequence[Bucket], bucket: dt.timedelta, *,
+    unit: str = "tasks per minute", value_text: Callable[[float], str] = per_minute,
+    totals: bool = True, empty_text: str | None = None,
+) -> Chart:
+    """Lines through the buckets' values (one line per key of their `rates`, None: a gap),
+    scaled into a WIDTH x HEIGHT box. With `totals`, each line's legend shows its sum over
+    the window (the values being per minute)."""
+    names = list(data[0].rates) if data else [name for _, name in SERIES]
     peak = max((v for b in data for v in b.rates.values() if v is not None), default=0.0)
     ymax = _nice(peak)
     plot_w = WIDTH - PAD_LEFT - 4
     plot_h = HEIGHT - PAD_BOTTOM - PAD_TOP
     step = plot_w / max(1, len(data))
-    minutes = window.bucket / dt.timedelta(minutes=1)
+    minutes = bucket / dt.timedelta(minutes=1)
 
     def xy(i: int, v: float) -> str:
         return f"{PAD_LEFT + step * (i + 0.5):.1f},{PAD_TOP + plot_h * (1 - v / ymax):.1f}"
 
     lines = []
-    for _, name in SERIES:
+    for name in names:
         paths: list[str] = []
         run: list[str] = []
         for i, b in enumerate(data):
@@ -124,23 +144,27 @@ def chart(queue: str, window: Window, now: dt.datetime) -> Chart:
             paths.append(" ".join(run))
         total = sum((b.rates[name] or 0) * minutes for b in data)
         lines.append(Line(name, paths, total))
+    # Times of day within a day; dates beyond.
+    fmt = "%H:%M" if bucket < dt.timedelta(hours=1) else (
+        "%m-%d %H:%M" if bucket < dt.timedelta(days=1) else "%Y-%m-%d")
     hits = []
     for i, b in enumerate(data):
         text = ", ".join(
-            f"{name} {_fmt(v)}/min" if v is not None else f"{name} no data"
+            f"{name} {value_text(v)}" if v is not None else f"{name} no data"
             for name, v in b.rates.items()
         )
-        hits.append((PAD_LEFT + step * i, step, f"{b.start:%H:%M} UTC: {text}"))
+        hits.append((PAD_LEFT + step * i, step, f"{b.start:{fmt}} UTC: {text}"))
     labels = []
     if data:
-        labels = [(float(PAD_LEFT), f"{data[0].start:%H:%M}", "start"),
-                  (PAD_LEFT + step * (len(data) // 2), f"{data[len(data) // 2].start:%H:%M}",
+        labels = [(float(PAD_LEFT), f"{data[0].start:{fmt}}", "start"),
+                  (PAD_LEFT + step * (len(data) // 2), f"{data[len(data) // 2].start:{fmt}}",
                    "middle"),
-                  (PAD_LEFT + plot_w, f"{(data[-1].start + window.bucket):%H:%M} UTC", "end")]
+                  (PAD_LEFT + plot_w, f"{(data[-1].start + bucket):{fmt}} UTC", "end")]
     return Chart(
-        title=window.name, width=WIDTH, height=HEIGHT, lines=lines, ymax=ymax, hits=hits,
+        title=title, width=WIDTH, height=HEIGHT, lines=lines, ymax=ymax, hits=hits,
         labels=labels, empty=all(not line.paths for line in lines), plot_left=PAD_LEFT,
-        plot_bottom=HEIGHT - PAD_BOTTOM, plot_top=PAD_TOP,
+        plot_bottom=HEIGHT - PAD_BOTTOM, plot_top=PAD_TOP, unit=unit, totals=totals,
+        empty_text=empty_text or Chart.empty_text,
     )
 
 

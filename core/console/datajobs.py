@@ -105,16 +105,11 @@ def running_chunks(q: Queue, st: jobs.JobStatus) -> frozenset[int]:
               if not e.consumer.startswith("~")]
     if not leased:
         return frozenset()
-    r: Any = q.redis
-    pipe = r.pipeline(transaction=False)
-    for tid in leased:
-        pipe.xrange(q.keys.tasks(st.job_id), tid, tid)
     out = set()
-    for rows in pipe.execute():
-        for _, fields in rows:
-            k = _chunk_of(fields.get("p", ""))
-            if k is not None:
-                out.add(k)
+    for text in introspect.task_payloads(q, st.job_id, leased).values():
+        k = _chunk_of(text)
+        if k is not None:
+            out.add(k)
     return frozenset(out)
 
 

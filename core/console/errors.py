@@ -16,9 +16,13 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from core.conf import DEFAULT_QUEUE, redacted
-from core.queue import RedisReplyError, RedisUnavailable
+from core.queue import QueueadminError, RedisReplyError, RedisUnavailable
 
 log = logging.getLogger("queueadmin.console")
+
+
+class ConsoleError(QueueadminError):
+    """Root of what the console's own code raises (a user that cannot be made as asked...)."""
 
 # Error replies that say Redis cannot serve anyone for a while, rather than refusing this one
 # command: a script past its time limit, loading its data, a failover, a cluster slot

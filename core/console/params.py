@@ -8,12 +8,14 @@ import re
 from django.core.exceptions import BadRequest
 from django.http import QueryDict
 
+from core.console.errors import ConsoleError
+
 # ASCII digits only, few enough for int(): "--5", a fullwidth digit or 5,000 digits are not
 # numbers a page asks for.
 _INTEGER = re.compile(r"-?[0-9]{1,18}")
 
 
-class BadParam(BadRequest):
+class BadParam(ConsoleError, BadRequest):
     """A query parameter the page cannot use; its message is shown on the 400 page."""
 
 

@@ -9,6 +9,7 @@ import secrets
 from django.contrib.auth.models import Group, User
 from django.db import transaction
 
+from core.console.errors import ConsoleError
 from core.ops import audit
 from core.ops.audit import Actor, os_actor
 
@@ -17,7 +18,7 @@ ADD_PERMISSION = "auth.add_user"
 ADD_ACTION = "user-add"  # as the Django admin's "add user" is audited (core/admin.py)
 
 
-class UserError(Exception):
+class UserError(ConsoleError):
     """A user that cannot be made as asked; the message says why."""
 
 

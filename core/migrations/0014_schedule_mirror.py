@@ -26,7 +26,7 @@ def grant(apps: Any, schema_editor: Any) -> None:
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('core', '0009_schedule_permissions'),
+        ('core', '0012_worker_control'),
     ]
 
     operations = [

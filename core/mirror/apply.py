@@ -19,12 +19,11 @@ from django.db import connections, router, transaction
 
 from core.models import DeadLetter, Request
 from core.queue import introspect
-from core.queue.base import translated
 from core.queue.client import Queue
+from core.queue.follow import Entry, sid
 from core.queue.models import STATES, TERMINAL_STATES, PageCursor, RequestInfo
 
 from .fingerprint import fingerprint
-from .streams import Entry, sid
 
 UNFINISHED = [s for s in STATES if s not in TERMINAL_STATES]
 CHUNK = 500  # requests per Redis pipeline and per database statement
@@ -57,19 +56,8 @@ class Applied:
 
 
 def fetch(q: Queue, rids: Iterable[str]) -> dict[str, RequestInfo]:
-    """The hashes of `rids` that still exist, pipelined CHUNK at a time."""
-    rids = list(rids)
-    out: dict[str, RequestInfo] = {}
-    with translated("mirror read requests"):
-        for i in range(0, len(rids), CHUNK):
-            part = rids[i : i + CHUNK]
-            pipe = q.redis.pipeline(transaction=False)
-            for rid in part:
-                pipe.hgetall(q.keys.request(rid))
-            for rid, h in zip(part, pipe.execute(), strict=True):
-                if h and h.get("state"):
-                    out[rid] = RequestInfo.from_hash(rid, h)
-    return out
+    """The hashes of `rids` that still exist (introspect.requests_many: pipelined)."""
+    return introspect.requests_many(q, list(rids))
 
 
 def apply_batch(
@@ -116,12 +104,8 @@ def _resolved(
     ).values_list("entry_id", "request_id")
     candidates.update(dict(rows))
     ids = list(candidates)
-    with translated("mirror read dead letters"):
-        pipe = q.redis.pipeline(transaction=False)
-        for eid in ids:
-            pipe.xrange(q.keys.dead, eid, eid, count=1)
-        present = pipe.execute()
-    return {eid: candidates[eid] for eid, rows in zip(ids, present, strict=True) if not rows}
+    present = introspect.dead_letters_present(q, ids)
+    return {eid: candidates[eid] for eid in ids if eid not in present}
 
 
 def dead_letter(queue: str, eid: str, f: dict[str, str]) -> DeadLetter:

@@ -20,11 +20,12 @@ from django.db import DatabaseError, connections
 
 from core.queue import RedisReplyError, RedisUnavailable, registry
 from core.queue.client import Queue
+from core.queue.follow import Batch, Streams
 
+from . import metrics
 from .apply import apply_batch, reconcile, refresh
 from .samples import SAMPLE_EVERY_S, prune, sample
 from .schedules import mirror_schedules
-from .streams import Batch, Streams
 
 log = logging.getLogger("queueadmin.mirror")
 
@@ -67,6 +68,7 @@ class Follower:
         self.ready = False
         self.next_trim = 0.0
         self.next_sample = 0.0
+        self.next_metrics = 0.0
         self.next_prune = 0.0
         self.refresh_after = 0
 
@@ -107,7 +109,8 @@ class Follower:
 
     def housekeeping(self, now: float, *, force: bool = False) -> None:
         """Trim `events`, sample the counters, mirror the schedules, refresh rows of unfinished
-        requests and prune old samples, each when due (all of them with force)."""
+        requests, roll the handlers' metrics and prune old samples and metrics, each when due
+        (all of them with force)."""
         # Each is due again only once it has worked: a failure is retried at the next pass.
         if force or now >= self.next_trim:
             self.streams.trim()
@@ -118,8 +121,12 @@ class Follower:
             _, self.refresh_after = refresh(self.q, after_pk=self.refresh_after,
                                             limit=REFRESH_ROWS)
             self.next_sample = now + self.config.sample_every_s
+        if force or now >= self.next_metrics:
+            metrics.roll(self.q)
+            self.next_metrics = now + metrics.ROLL_EVERY_S
         if force or now >= self.next_prune:
             prune(self.q.name)
+            metrics.prune(self.q.name)
             self.next_prune = now + PRUNE_EVERY_S
 
 

@@ -26,7 +26,6 @@ from core.queue import (
     UnknownWorker,
     introspect,
 )
-from core.queue.base import translated
 from core.queue.keys import validate_id, validate_task_id
 
 from . import audit
@@ -297,9 +296,7 @@ def claim(actor: Any, queue: str, entries: list[PendingRef], to_consumer: str) -
 
 def _alive(q: Queue, worker: str) -> bool:
     """Whether `worker` beat within its --dead-after (15 s if its entry does not say)."""
-    with translated("worker"):
-        beat, info = (q.redis.pipeline(transaction=False).zscore(q.keys.workers, worker)
-                      .hget(q.keys.worker(worker), "info").execute())
+    beat, info = introspect.heartbeat(q, worker)
     if beat is None:
         return False
     try:
@@ -350,8 +347,7 @@ def reclaim_worker(actor: Any, queue: str, worker: str) -> Result:
 
 
 def _why_alive(q: Queue, worker: str) -> str:
-    with translated("worker"):
-        info = q.redis.hget(q.keys.worker(worker), "info")
+    _, info = introspect.heartbeat(q, worker)
     try:
         known = bool(json.loads(info or "{}").get("dead_after_ms"))
     except (ValueError, TypeError, AttributeError):

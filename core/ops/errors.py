@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from core.queue import QueueadminError
 
-class OpsError(Exception):
+
+class OpsError(QueueadminError):
     """Root of the service layer's refusals; the message is for the operator."""
 
 

@@ -11,13 +11,14 @@
 | submit_datajob       | the Data jobs page's submit form   | operator admin  |
 | run_schedule         | a schedule's run now, pause, resume | operator admin |
 | change_schedule      | create, edit, delete, restore a schedule | admin     |
+| control_worker       | a worker's quiet, stop, resume     | admin           |
 
 The admin group also sees django-axes' failed logins and login log in the Django admin and
 may unlock (delete failed logins): axes.view_accessattempt, axes.delete_accessattempt,
 axes.view_accesslog (migration 0007).
 
-Granted through groups (migrations 0004, 0005, 0007), never through is_staff or is_superuser
-alone (a superuser has every permission, as Django gives it).
+Granted through groups (migrations 0004, 0005, 0007, 0009, 0012), never through is_staff or
+is_superuser alone (a superuser has every permission, as Django gives it).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ PERMISSIONS = {
     "pause": "core.pause_queue",
     "schedule_run": "core.run_schedule",
     "schedule_change": "core.change_schedule",
+    "control": "core.control_worker",
 }
 # Every action -> the key of its permission.
 NEEDS = {
@@ -43,6 +45,7 @@ NEEDS = {
     "schedule-resume": "schedule_run", "schedule-add": "schedule_change",
     "schedule-edit": "schedule_change", "schedule-remove": "schedule_change",
     "schedule-restore": "schedule_change",
+    "worker-quiet": "control", "worker-stop": "control", "worker-resume": "control",
 }
 # The roles' groups, as migration 0004 grants them (codenames of app core).
 GROUPS = {
@@ -52,13 +55,13 @@ GROUPS = {
     "admin": ["view_console", "requeue_deadletter", "cancel_request", "claim_task",
               "delete_deadletter", "pause_queue", "view_request", "view_deadletter",
               "view_auditentry", "view_bulkaction", "submit_datajob",
-              "run_schedule", "change_schedule", "view_schedulerecord"],
+              "run_schedule", "change_schedule", "control_worker", "view_schedulerecord"],
 }
 
 
 def allowed(user: Any) -> dict[str, bool]:
     """Which action buttons `user` may see, keyed requeue, delete, cancel, claim, pause,
-    schedule_run, schedule_change."""
+    schedule_run, schedule_change, control."""
     if user is None or not getattr(user, "is_authenticated", False) or not user.is_active:
         return dict.fromkeys(PERMISSIONS, False)
     return {key: bool(user.has_perm(perm)) for key, perm in PERMISSIONS.items()}

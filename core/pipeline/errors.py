@@ -5,8 +5,15 @@ from __future__ import annotations
 
 import re
 
+from core.queue import QueueadminError
 
-class DataJobError(Exception):
+
+class PipelineError(QueueadminError):
+    """Root of what the data pipeline raises: a job refused (SpecError and its kind), an input
+    that cannot be read as said (InputError), a data task's failure (DataJobError)."""
+
+
+class DataJobError(PipelineError):
     """A data task failed for a reason the message explains; permanent=True when running it
     again cannot help (the worker then dead-letters it at once: core.worker.Permanent)."""
 

@@ -9,8 +9,9 @@ A job `J` is two requests of one queue, both run by the handler `datajob`:
   then its one task combines the parts, writes the manifest and `_SUCCESS`. The engine
   starts it exactly once, in the same atomic call that records `J`'s completion.
 
-The job's own record, a hash `<prefix>:{Q}:datajob:J`, holds the spec, the number of chunks,
-each chunk's report (rows in and out, seconds, attempt, worker) and, once done, the manifest.
+The job's own record (the engine's records of kind "datajob": records()) holds the spec, the
+number of chunks, each chunk's report (rows in and out, seconds, attempt, worker) and, once
+done, the manifest.
 """
 
 from __future__ import annotations
@@ -30,11 +31,13 @@ from typing import Any
 
 from core.queue import InvalidInput, Queue, UnknownRequest, introspect
 from core.queue.models import DeadLetter, RequestInfo
+from core.queue.records import Records
 
 from .spec import JobSpec, SpecError
 
 log = logging.getLogger("queueadmin.pipeline")
 HANDLER = "datajob"
+RECORD_KIND = "datajob"
 RECORD_TTL_S = 7 * 86_400  # the job's record outlives its requests' default retention
 MAX_SPEC_BYTES = 60 * 1024  # a task's payload is at most 64 KiB: the spec and a few fields
 
@@ -43,15 +46,11 @@ def combine_id(job_id: str) -> str:
     return f"{job_id}.combine"
 
 
-def record_key(q: Queue, job_id: str) -> str:
-    """The job's record: a key of the queue (same hash tag), not one the engine keeps."""
-    return f"{q.keys.base}datajob:{job_id}"
-
-
-def index_key(q: Queue) -> str:
-    """The queue's data jobs by submit time (ms), so that `datajob clean` finds their records
-    without scanning the keyspace; entries older than the records' life are dropped by it."""
-    return f"{q.keys.base}datajobs"
+def records(q: Queue) -> Records:
+    """The queue's data job records (the engine's core.queue.records, kind "datajob"), and
+    their index by submit time (ms), so that `datajob clean` finds them without scanning the
+    keyspace; entries older than the records' life are dropped by it."""
+    return q.records(RECORD_KIND)
 
 
 def payload(op: str, spec: JobSpec, **extra: Any) -> dict[str, Any]:
@@ -93,7 +92,7 @@ def check_id_free(q: Queue, job_id: str) -> None:
     req = introspect.request(q, job_id)
     if req is not None and (
         req.handler != HANDLER or req.after is not None
-        or (not q.redis.hexists(record_key(q, job_id), "spec")
+        or (not records(q).has(job_id, "spec")
             and not (req.state == "open" and req.total == 0))
     ):
         raise _not_a_job(q, job_id, req, "a data job")
@@ -132,11 +131,11 @@ def submit(q: Queue, spec: JobSpec, options: QueueOptions | None = None, *,
     check_size(spec)
     check_tasks(q, spec)
     check_id_free(q, spec.job_id)
-    key = record_key(q, spec.job_id)
-    if introspect.request(q, spec.job_id) is None and q.redis.exists(key):
+    rec = records(q)
+    if introspect.request(q, spec.job_id) is None and rec.exists(spec.job_id):
         # The job's requests expired (a day) before its record (a week): submitted again,
         # it runs again, as a new job, not as "nothing changed".
-        q.redis.delete(key)
+        rec.delete(spec.job_id)
     opts: dict[str, Any] = {"priority": o.priority, "tenant": o.tenant,
                             "max_attempts": o.max_attempts}
     # Open and empty, the chunk request is not eligible; the follow-up is held behind it; only
@@ -144,12 +143,12 @@ def submit(q: Queue, spec: JobSpec, options: QueueOptions | None = None, *,
     # checked by the first call, before anything is written.
     q.open(handler=HANDLER, request_id=spec.job_id, concurrency=o.concurrency, run_at=run_at,
            delay=delay, **opts)
-    created = bool(q.redis.hsetnx(key, "spec", spec.to_json()))
+    created = rec.put_new(spec.job_id, "spec", spec.to_json())
     if created:
         now_ms = int(time.time() * 1000)
-        q.redis.hset(key, mapping={"queue": q.name, "created_ms": now_ms})
-        q.redis.expire(key, RECORD_TTL_S)
-        q.redis.zadd(index_key(q), {spec.job_id: now_ms})
+        rec.put(spec.job_id, {"queue": q.name, "created_ms": now_ms})
+        rec.keep_for(spec.job_id, RECORD_TTL_S)
+        rec.index(spec.job_id, now_ms)
     q.submit_after(spec.job_id, [payload("combine", spec)], handler=HANDLER,
                    request_id=combine_id(spec.job_id), **opts)
     info = introspect.request(q, spec.job_id)
@@ -218,9 +217,7 @@ def describe_letter(letter: DeadLetter) -> str:
 
 def status(q: Queue, job_id: str) -> JobStatus:
     """The job's state, chunks, reports, manifest and failures, from Redis."""
-    rec = q.redis.hgetall(record_key(q, job_id))
-    rec = {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes)
-           else v) for k, v in rec.items()}
+    rec = records(q).all(job_id)
     spec = JobSpec.from_dict(json.loads(rec["spec"])) if "spec" in rec else None
     req = introspect.request(q, job_id)
     comb = introspect.request(q, combine_id(job_id))
@@ -285,7 +282,7 @@ def job_of(q: Queue, request_id: str) -> str | None:
         if request_id != combine_id(info.after):
             return None
         job = info.after
-    return job if q.redis.hexists(record_key(q, job), "spec") else None
+    return job if records(q).has(job, "spec") else None
 
 
 @dataclass(frozen=True)
@@ -363,7 +360,7 @@ def cancel(q: Queue, job_ids: Iterable[str], *, wait_s: float = CANCEL_WAIT_S,
     `datajob clean`. UnknownRequest for an id that is no data job of the queue."""
     ids = list(dict.fromkeys(job_ids))
     for job_id in ids:
-        if not q.redis.hexists(record_key(q, job_id), "spec"):
+        if not records(q).has(job_id, "spec"):
             raise UnknownRequest(f"no data job {job_id!r} in queue {q.name!r} (or its record "
                                  "has expired)")
     for job_id in ids:
@@ -421,17 +418,17 @@ def clean_when_stopped(q: Queue, job_id: str, *, within_s: float = STOPPED_WAIT_
 def clean(q: Queue, *, dry_run: bool = False) -> list[Cleanup]:
     """Remove the staging data of every job of the queue that is cancelled or gone and has no
     task running; running, held, failed and done jobs are not touched. Walks the queue's
-    index of jobs (index_key), page by page, and drops from it the jobs whose record expired."""
+    index of jobs (records()), page by page, and drops from it the jobs whose record expired."""
     out = []
     start = 0
-    while page := q.redis.zrange(index_key(q), start, start + 499):
-        start += len(page)
-        ids = [i.decode() if isinstance(i, bytes) else str(i) for i in page]
+    rec = records(q)
+    while ids := rec.indexed(start, start + 499):
+        start += len(ids)
         for job_id in ids:
             got = remove_staging(q, job_id, dry_run=dry_run)
             if got.removed_bytes is not None:
                 out.append(got)
     if not dry_run:  # records gone (7 days): nothing more to find by them
         expire_before = int(time.time() * 1000) - RECORD_TTL_S * 1000
-        q.redis.zremrangebyscore(index_key(q), "-inf", expire_before)
+        rec.unindex_before(expire_before)
     return sorted(out, key=lambda c: c.job_id)

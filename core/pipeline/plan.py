@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .errors import PipelineError
 from .spec import MAX_CHUNKS, JobSpec, _matches, is_local, local_path
 
 # At most this many input bytes (of the columns a job reads, for Parquet) per chunk by default:
@@ -58,7 +59,7 @@ class InputFile:
         return sum(self.group_rows)
 
 
-class InputError(ValueError):
+class InputError(PipelineError, ValueError):
     """An input file that cannot be read as the job says; the message names it."""
 
 

@@ -35,6 +35,8 @@ from typing import TYPE_CHECKING, Any
 
 from core.redis_server import pid_alive
 
+from .errors import PipelineError
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -50,7 +52,7 @@ JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 QUICK_JIT = "-XX:TieredStopAtLevel=1"
 
 
-class SparkConfError(ValueError):
+class SparkConfError(PipelineError, ValueError):
     """SPARK_CONF is not a list of spark.* settings."""
 
 

@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .errors import PipelineError
+
 FORMATS = ("parquet", "csv", "json")
 OUTPUT_FORMATS = ("parquet", "csv")
 MAX_CHUNKS = 10_000
@@ -21,7 +23,7 @@ MANIFEST = "_manifest.json"
 SUCCESS = "_SUCCESS"
 
 
-class SpecError(ValueError):
+class SpecError(PipelineError, ValueError):
     """A job that cannot run as described; the message says what to change."""
 
 

@@ -29,6 +29,7 @@ from core.worker.context import Cancelled, TaskContext, Unavailable
 from core.worker.registry import handler
 
 from . import check, io, jobs, jvm, plan, spark, transforms
+from . import progress as spark_progress
 from .errors import DataJobError, JvmDied, explain, is_permanent, jvm_died, short
 from .spec import MANIFEST, SUCCESS, JobSpec, SpecError, is_local, written_by
 
@@ -77,7 +78,7 @@ def _spec_of(payload: dict[str, Any], ctx: TaskContext) -> JobSpec:
     raw = payload.get("spec")
     if raw is None:
         job = str(payload.get("job", ""))
-        text = ctx.queue.redis.hget(jobs.record_key(ctx.queue, job), "spec")
+        text = jobs.records(ctx.queue).get(job, "spec")
         if text is None:
             raise DataJobError(f"task of data job {job!r}: the job's record is gone (expired "
                                "after 7 days): submit the job again", permanent=True)
@@ -123,7 +124,8 @@ def sparking(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext) -> Iterat
     tag = f"qa-{ctx.request_id}-{ctx.task_id}".replace(".", "-")
     try:
         with spark.cancellable(session, tag, lambda: ctx.cancelled or ctx.lost,
-                               pool=spark.job_pool(spec.job_id)):
+                               pool=spark.job_pool(spec.job_id)), \
+                spark_progress.reporting(session, tag, ctx.progress):
             yield session
     except (Cancelled, DataJobError, Unavailable):
         raise
@@ -171,14 +173,14 @@ def split(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext,
     against, so the split costs no Spark round trip (0.2-0.5 s of a small job); a statement
     only Spark's analysis refuses then fails the job at its chunks, with the same message."""
     started = time.monotonic()
-    q, key = ctx.queue, jobs.record_key(ctx.queue, spec.job_id)
+    q, rec = ctx.queue, jobs.records(ctx.queue)
     info = introspect.request(q, spec.job_id)
     added = max(0, (info.total if info else 1) - 1)  # tasks after the split itself
     listing = plan.list_input(spec)
     if listing is not None and not listing.files:
         raise DataJobError(f"the split of job {spec.job_id}: input {spec.input} holds no data "
                            "file (moved or deleted since the job was submitted?)")
-    known = q.redis.hget(key, "plan")
+    known = rec.get(spec.job_id, "plan")
     if known:
         recorded = json.loads(known)
         reads, how, rows = recorded["reads"], recorded["how"], recorded["rows"]
@@ -213,7 +215,7 @@ def split(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext,
             planned = _plan(spec, listing, statements, reader, slots)
         reads, how, rows = planned
         assert listing is not None
-        q.redis.hset(key, mapping={
+        rec.put(spec.job_id, {
             "chunks": len(reads), "rows": -1 if rows is None else rows, "split": how,
             "probe": listing.files[0], **fields,
             "plan": json.dumps({"reads": reads, "how": how, "rows": rows})})
@@ -223,7 +225,7 @@ def split(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext,
         batch = range(first, min(n, first + ADD_BATCH))
         big = {k: reads[k] for k in batch if len(json.dumps(reads[k])) > INLINE_READ_BYTES}
         if big:
-            q.redis.hset(key, mapping={f"read:{k}": json.dumps(r) for k, r in big.items()})
+            rec.put(spec.job_id, {f"read:{k}": json.dumps(r) for k, r in big.items()})
         q.add(spec.job_id, [
             {"op": "chunk", "job": spec.job_id, "chunk": k,
              **({} if k in big else {"read": reads[k]})} for k in batch])
@@ -289,7 +291,7 @@ def _free_slots(q: Any) -> int:
     """The task slots of the queue's live workers: the default chunking gives each a chunk
     (as many as the job's concurrency lets run at once)."""
     try:
-        now = int(q.redis.time()[0]) * 1000
+        now = q.now_ms()
         page = introspect.workers(q, limit=200)
     except Exception:
         return 1
@@ -317,11 +319,11 @@ def chunk(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext,
 
     k = int(payload["chunk"])
     started = time.monotonic()
-    q, key = ctx.queue, jobs.record_key(ctx.queue, spec.job_id)
+    rec = jobs.records(ctx.queue)
     read = payload.get("read")
-    record = {f: q.redis.hget(key, f) for f in ("schema", "probe")}
+    record = rec.get_many(spec.job_id, ("schema", "probe"))
     if read is None:
-        text = q.redis.hget(key, f"read:{k}")
+        text = rec.get(spec.job_id, f"read:{k}")
         if text is None:
             raise DataJobError(f"chunk {k} of job {spec.job_id}: its plan is missing from the "
                                "job's record (expired?)", permanent=True)
@@ -350,7 +352,7 @@ def chunk(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext,
     report = {"chunk": k, "rows_in": rows_in, "rows_out": rows_out,
               "seconds": round(time.monotonic() - started, 3), "attempt": ctx.attempt,
               "worker": ctx.worker}
-    q.redis.hset(key, f"chunk:{k}", json.dumps(report))
+    rec.put(spec.job_id, {f"chunk:{k}": json.dumps(report)})
     log.info("chunk job=%s chunk=%d rows_in=%s rows_out=%d attempt=%d in %.2fs", spec.job_id,
              k, "?" if rows_in is None else rows_in, rows_out, ctx.attempt, report["seconds"])
     return report
@@ -411,15 +413,14 @@ def combine(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext,
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructType
 
-    q, key = ctx.queue, jobs.record_key(ctx.queue, spec.job_id)
+    q = ctx.queue
     out = Path(spec.output)
     done = written_by(out)
     if done is not None and done.get("job") == spec.job_id:
-        _finish(spec, q, key, done)
+        _finish(spec, q, done)
         return {"rows_out": done["rows_out"]}
     started = time.monotonic()
-    rec = {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes)
-           else v) for k, v in q.redis.hgetall(key).items()}
+    rec = jobs.records(q).all(spec.job_id)
     n = int(rec["chunks"])
     reports = {int(f.split(":", 1)[1]): json.loads(v) for f, v in rec.items()
                if f.startswith("chunk:")}
@@ -469,7 +470,7 @@ def combine(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext,
     (staged_out / SUCCESS).write_text("")
     _replace_output(spec, out)
     os.rename(staged_out, out)
-    _finish(spec, q, key, manifest)
+    _finish(spec, q, manifest)
     log.info("combine job=%s chunks=%d rows_out=%d in %.2fs", spec.job_id, n, rows_out,
              manifest["combine_seconds"])
     return {"rows_out": rows_out}
@@ -491,7 +492,8 @@ def _replace_output(spec: JobSpec, out: Path) -> None:
                        "there (remove it, or submit with another --output)", permanent=True)
 
 
-def _finish(spec: JobSpec, q: Any, key: str, manifest: dict[str, Any]) -> None:
-    q.redis.hset(key, "manifest", json.dumps(manifest))
-    q.redis.expire(key, jobs.RECORD_TTL_S)
+def _finish(spec: JobSpec, q: Any, manifest: dict[str, Any]) -> None:
+    rec = jobs.records(q)
+    rec.put(spec.job_id, {"manifest": json.dumps(manifest)})
+    rec.keep_for(spec.job_id, jobs.RECORD_TTL_S)
     shutil.rmtree(spec.staging, ignore_errors=True)

@@ -17,6 +17,7 @@ from .models import Lease
 from .scripts import call, library, load
 
 MAX_PAYLOAD_BYTES = 64 * 1024
+MAX_RESULT_BYTES = 64 * 1024  # a handler's result, as JSON (results.py)
 
 
 def int_in(value: object, name: str, low: int, high: int | None = None) -> int:
@@ -50,7 +51,9 @@ class QueueBase:
         *,
         prefix: str = "qa",
         max_payload_bytes: int = MAX_PAYLOAD_BYTES,
+        max_result_bytes: int = MAX_RESULT_BYTES,
         clock: Callable[[], int] | None = None,
+        metrics: bool = True,
     ) -> None:
         if not client.get_connection_kwargs().get("decode_responses"):
             raise InvalidInput("the Redis client must be made with decode_responses=True")
@@ -58,8 +61,12 @@ class QueueBase:
         self.name = name
         self.keys = QueueKeys(prefix, name)
         self.max_payload_bytes = max_payload_bytes
+        self.max_result_bytes = int_in(max_result_bytes, "max_result_bytes", 1)
         # None: scripts read the Redis server's clock, so hosts with skewed clocks agree.
         self._clock = clock
+        # Per-handler metrics (core/queue/metrics.py): False makes this client's acks, fails
+        # and reaps count nothing there, and send no run times.
+        self.metrics = metrics
         self._qkeys = self.keys.script_keys
         # One Functions library for every operation, loaded into Redis when first needed.
         self._library = library()

@@ -12,9 +12,14 @@ from .base import translated
 from .consume import Consumer, wait_for_any
 from .operate import Operator
 from .produce import Producer
+from .records import Records
 
 __all__ = ["Queue", "translated", "wait_for_any"]
 
 
 class Queue(Producer, Consumer, Operator):
     """One named queue on one Redis (or Redis Cluster: all its keys share one hash tag)."""
+
+    def records(self, kind: str) -> Records:
+        """The application's records of `kind` beside this queue's requests (records.py)."""
+        return Records(self, kind)

@@ -5,16 +5,27 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
-from .base import QueueBase, int_in, leases_from_reply, translated
-from .errors import LeaseLost
+from .base import int_in, leases_from_reply, translated
+from .errors import InvalidInput, LeaseLost
 from .keys import validate_id
+from .metrics import token as timing_token
+from .metrics import tokens as timing_tokens
 from .models import FailOutcome, Lease, Reaped
+from .results import Results, lease_of
 
 MAX_LEASE_MS = 86_400_000  # a day: a worker that needs longer renews
+# Progress reports (progress.lua keeps the last LOG_LINES lines of at most 64 tasks per
+# request): longer text is cut here, in characters, so the engine never splits a character.
+MAX_MESSAGE_CHARS = 200
+MAX_LINE_CHARS = 300
+LOG_LINES = 20
+# How long a worker stopped by an operator stays marked so once it has exited (its supervisor
+# reads it when the process exits: seconds later at most).
+STOPPED_KEPT_MS = 3_600_000
 
 
 def check_lease_ms(lease_ms: object) -> int:
@@ -24,7 +35,7 @@ def check_lease_ms(lease_ms: object) -> int:
     return int_in(lease_ms, "lease_ms", 100, MAX_LEASE_MS)
 
 
-class Consumer(QueueBase):
+class Consumer(Results):
     """Leases and finishes tasks; registers workers."""
 
     def ack_and_dequeue(
@@ -35,27 +46,33 @@ class Consumer(QueueBase):
         *,
         lease_ms: int = 0,
         idle_handoff: bool = False,
+        durations: Sequence[float | None] | None = None,
     ) -> tuple[list[bool], list[Lease], int]:
         """Acknowledge `acks`, then lease up to `count` tasks: one round trip.
 
+        `durations`: how long each acked task ran (seconds, in the order of `acks`; None for
+        one not timed), for its handler's metrics; an accepted ack counts as done there.
         `lease_ms` (0: each request's own) is how long the leases last unless renewed. With
         `idle_handoff`, a call that leases nothing registers the consumer as idle: work that
         arrives while nothing else waits is then leased to it at once and pushed to its
         handoff list, which wait_for_any(..., consumer=...) returns (the consumer must then
         block there, and call leave_idle() when it stops).
+        Each of `acks` is a lease token, or an ack_entry() that carries the task's result.
         Returns (accepted flag per ack, new leases, ms until the next delayed task is due or
         -1; the last only when nothing was leased).
         """
         validate_id(consumer, "consumer name")  # "~waiting" & co. are the engine's own
         int_in(count, "count", 0, 1000)
         check_lease_ms(lease_ms)
-        return self._dequeue_call(consumer, count, acks, lease_ms, idle_handoff)
+        return self._dequeue_call(consumer, count, acks, lease_ms, idle_handoff, durations)
 
     def _dequeue_call(
-        self, consumer: str, count: int, acks: Sequence[str], lease_ms: int, idle: bool
+        self, consumer: str, count: int, acks: Sequence[str], lease_ms: int, idle: bool,
+        durations: Sequence[float | None] | None = None,
     ) -> tuple[list[bool], list[Lease], int]:
+        timings = timing_tokens(len(acks), durations) if self.metrics and acks else ""
         reply = self._run("dequeue", [self._now(), consumer, count, lease_ms, 1 if idle else 0,
-                                      *acks])
+                                      timings, *acks])
         return [r == 1 for r in reply[0]], leases_from_reply(reply[2]), int(reply[1])
 
     def dequeue(self, consumer: str, count: int = 1) -> list[Lease]:
@@ -63,18 +80,35 @@ class Consumer(QueueBase):
         validate_id(consumer, "consumer name")
         return self.ack_and_dequeue(consumer, int_in(count, "count", 1, 1000))[1]
 
-    def ack(self, lease: Lease | str) -> None:
-        """Mark a leased task done; raises LeaseLost if the lease is no longer held."""
-        token = lease.lease if isinstance(lease, Lease) else lease
-        if not self._dequeue_call("-", 0, [token], 0, False)[0][0]:
-            raise LeaseLost(f"lease {token} is no longer held")
+    def ack(self, lease: Lease | str, result: Any = None, *,
+            duration: float | None = None) -> None:
+        """Mark a leased task done, keeping `result` (JSON; None keeps nothing) with its
+        request (it ran `duration` seconds, if given, for its handler's metrics); raises
+        LeaseLost if the lease is no longer held (then nothing is kept), and InvalidResult or
+        ResultTooLarge before anything is sent."""
+        token = self.ack_entry(lease, result)
+        if not self._dequeue_call("-", 0, [token], 0, False, [duration])[0][0]:
+            raise LeaseLost(f"lease {lease_of(token)} is no longer held")
 
-    def ack_many(self, leases: Sequence[Lease | str]) -> list[bool]:
-        """Mark several tasks done; returns, per lease, whether it was still held."""
-        tokens = [x.lease if isinstance(x, Lease) else x for x in leases]
+    def ack_many(
+        self, leases: Sequence[Lease | str], results: Sequence[Any] | None = None, *,
+        durations: Sequence[float | None] | None = None,
+    ) -> list[bool]:
+        """Mark several tasks done, with their `results` if given (one per lease, None for
+        none; `durations`: their run times in seconds, for the metrics); returns, per lease,
+        whether it was still held."""
+        if results is None:
+            tokens = [x.lease if isinstance(x, Lease) else x for x in leases]
+        elif len(results) != len(leases):
+            raise InvalidInput(f"{len(leases)} leases but {len(results)} results")
+        else:
+            tokens = [self.ack_entry(x, r) for x, r in zip(leases, results, strict=True)]
+        if durations is not None and len(durations) != len(tokens):
+            raise InvalidInput(f"{len(durations)} durations for {len(tokens)} leases")
         out: list[bool] = []
         for i in range(0, len(tokens), 1000):  # Lua's unpack() has a limit
-            out += self._dequeue_call("-", 0, tokens[i : i + 1000], 0, False)[0]
+            part = None if durations is None else durations[i : i + 1000]
+            out += self._dequeue_call("-", 0, tokens[i : i + 1000], 0, False, part)[0]
         return out
 
     def fail(
@@ -85,12 +119,15 @@ class Consumer(QueueBase):
         *,
         worker: str = "",
         retry: bool = True,
+        duration: float | None = None,
     ) -> FailOutcome:
-        """A task failed: retry it after a backoff, or dead-letter it when out of attempts."""
+        """A task failed: retry it after a backoff, or dead-letter it when out of attempts.
+        `duration`: how long the run took (seconds), for its handler's metrics."""
         token = lease.lease if isinstance(lease, Lease) else lease
         reply = self._run(
             "fail",
-            [self._now(), token, error, traceback, worker, random.random(), 1 if retry else 0],
+            [self._now(), token, error, traceback, worker, random.random(), 1 if retry else 0,
+             timing_token(duration) if self.metrics else ""],
         )
         if isinstance(reply, int):
             raise LeaseLost(f"lease {token} is no longer held")
@@ -103,6 +140,32 @@ class Consumer(QueueBase):
         if not tokens:
             return []
         return [int(r) for r in self._run("extend", [self._now(), lease_ms, "", 0, "", *tokens])]
+
+    def progress(
+        self,
+        lease: Lease | str,
+        *,
+        done: float | None = None,
+        total: float | None = None,
+        message: str = "",
+        lines: Sequence[tuple[int, str]] = (),
+        worker: str = "",
+    ) -> bool:
+        """Record how far a leased task is (`done` of `total`, with `message`) and/or log
+        `lines` ((age in ms, text), oldest first), kept with its request until the request
+        expires. Returns False, writing nothing, when the lease is no longer held."""
+        token = lease.lease if isinstance(lease, Lease) else lease
+        reply = self._run("progress", [
+            self._now(), token, worker,
+            "" if done is None else progress_number(done, "done"),
+            "" if total is None or done is None else progress_number(total, "total"),
+            _cut(message, MAX_MESSAGE_CHARS),
+            orjson.dumps([[max(0, int(age)), _cut(text, MAX_LINE_CHARS)]
+                          for age, text in lines[-LOG_LINES:]]).decode() if lines else "",
+        ])
+        if reply == -9:
+            raise InvalidInput(f"progress of {token}: refused by the engine (invalid numbers)")
+        return bool(reply == 1)
 
     def release(self, leases: Sequence[Lease | str]) -> list[int]:
         """Give leases back unfinished, not counted as an attempt.
@@ -118,7 +181,7 @@ class Consumer(QueueBase):
 
     def reap(self, limit: int = 1000) -> list[Reaped]:
         """Return expired leases to waiting (or dead letters when out of attempts)."""
-        flat = self._run("reap", [self._now(), limit])
+        flat = self._run("reap", [self._now(), limit, 1 if self.metrics else 0])
         return [Reaped(*flat[i : i + 4]) for i in range(0, len(flat), 4)]
 
     def wait_for_work(self, timeout: float) -> bool:
@@ -168,18 +231,57 @@ class Consumer(QueueBase):
             items, _ = pipe.execute()
         return [lease for item in items for lease in leases_from_reply(orjson.loads(item))]
 
-    def unregister(self, worker: str) -> None:
-        """Remove a worker from the registry (on clean exit)."""
+    def unregister(self, worker: str, *, stopped: bool = False) -> None:
+        """Remove a worker from the registry (on clean exit). stopped=True: it exits because
+        an operator stopped it (control_worker): its entry is left, out of the registry, as
+        {control: stop} for STOPPED_KEPT_MS, so that its supervisor does not start it again
+        (worker_control() says "stop")."""
         with translated("unregister"):
-            pipe = self.redis.pipeline(transaction=False)
+            key = self.keys.worker(worker)
+            pipe = self.redis.pipeline(transaction=stopped)
             pipe.zrem(self.keys.workers, worker)
-            pipe.delete(self.keys.worker(worker))
+            pipe.delete(key)
+            if stopped:
+                pipe.hset(key, "control", "stop")
+                pipe.pexpire(key, STOPPED_KEPT_MS)
             pipe.execute()
+
+    def forget_control(self, worker: str) -> None:
+        """Drop what an operator asked of an earlier process of this name (a quiet it did not
+        live to see resumed, a stop it obeyed): a worker calls it as it starts."""
+        with translated("forget control"):
+            self.redis.hdel(self.keys.worker(worker), "control", "control_by", "control_ms")
+
+    def worker_control(self, worker: str) -> str:
+        """What an operator asked of `worker` (Operator.control_worker): "quiet", "stop" or
+        "" (nothing, or resumed). Read by the worker at every heartbeat, and by a supervisor
+        deciding whether to start an exited worker again."""
+        with translated("worker control"):
+            return str(self.redis.hget(self.keys.worker(worker), "control") or "")
+
+
+def progress_number(value: object, name: str) -> str:
+    """A progress count as JSON text the engine accepts: a finite number >= 0."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not (
+            0 <= value < 1e18):
+        raise InvalidInput(f"progress {name} must be a number from 0 (below 1e18), "
+                           f"got {value!r}")
+    if isinstance(value, int) or value.is_integer():
+        return str(int(value))
+    return f"{value:.6f}".rstrip("0").rstrip(".")
+
+
+def _cut(text: object, limit: int) -> str:
+    text = str(text)
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
+C = TypeVar("C", bound="Consumer")
 
 
 def wait_for_any(
-    queues: Sequence[Consumer], timeout: float, consumer: str | None = None
-) -> tuple[Consumer, list[Lease]] | None:
+    queues: Sequence[C], timeout: float, consumer: str | None = None
+) -> tuple[C, list[Lease]] | None:
     """Block until any queue has work or `timeout` seconds pass (None).
 
     Returns (queue, tasks handed to `consumer`) after a handoff, or (queue, []) after a plain
@@ -196,7 +298,7 @@ def wait_for_any(
             if (got := wait_for_any([q], share, consumer)) is not None:
                 return got
         return None
-    lists: dict[str, tuple[Consumer, bool]] = {}
+    lists: dict[str, tuple[C, bool]] = {}
     if consumer is not None:
         lists |= {q.keys.handoff(consumer): (q, True) for q in queues}
     lists |= {q.keys.wake: (q, False) for q in queues}

@@ -1,9 +1,26 @@
-"""One exception tree for the engine: everything it raises is a QueueError."""
+"""The root of the project's one exception tree, and the engine's subtree: everything the
+engine raises is a QueueError.
+
+    QueueadminError                   every exception the project raises
+    ├── QueueError                    the engine (core.queue), schedules (core.schedule)
+    ├── WorkerError                   the worker runtime and what handlers raise to steer it
+    ├── PipelineError                 data jobs (core.pipeline)
+    ├── OpsError                      operator actions (core.ops)
+    ├── CliError                      the commands' own refusals (core.cli)
+    ├── ConsoleError                  the console (core.console, core.views)
+    └── StackError                    the embedded stack (core.stack, core.redis_server)
+
+The engine is the bottom layer, so the root lives here; tests/test_exception_tree.py checks
+that every exception class of the project descends from its layer's root."""
 
 from __future__ import annotations
 
 
-class QueueError(Exception):
+class QueueadminError(Exception):
+    """Root of every exception the project raises."""
+
+
+class QueueError(QueueadminError):
     """Root of every error the engine raises."""
 
 
@@ -18,6 +35,21 @@ class PayloadTooLarge(InvalidInput):
         super().__init__(message)
         self.index = index
         self.size = size
+
+
+class InvalidResult(InvalidInput):
+    """A handler's return value cannot be kept as its task's result: not JSON-serialisable
+    (or NaN/Infinity, which JSON cannot hold). Failing the task again would fail the same
+    way, so the worker dead-letters it at once."""
+
+
+class ResultTooLarge(InvalidResult):
+    """A handler's result is larger, as JSON, than the queue's cap (`max_result_bytes`)."""
+
+    def __init__(self, message: str, *, size: int = 0, limit: int = 0) -> None:
+        super().__init__(message)
+        self.size = size
+        self.limit = limit
 
 
 class UnknownRequest(QueueError, LookupError):

@@ -15,6 +15,10 @@ _ID_PART_MAX = 2**64 - 1
 MAX_TASK_ID = f"{_ID_PART_MAX}-{_ID_PART_MAX}"  # the last stream entry id Redis can hold
 
 
+# The consumer group on every request's task stream (GROUP in lua/_common.lua).
+GROUP = "g"
+
+
 def validate_id(value: object, what: str) -> str:
     """Return `value` if it is a safe identifier, else raise InvalidInput saying why."""
     if not isinstance(value, str) or not _ID.fullmatch(value):
@@ -136,6 +140,11 @@ class QueueKeys:
         """Hash: a revoked lease -> the consumer its task was claimed for."""
         return self.base + "claimto"
 
+    def metrics(self, minute: int) -> str:
+        """Hash: per-handler counters and run-time buckets of one minute (minutes since the
+        epoch); see core/queue/metrics.py. Written by the engine at ack and fail, with a TTL."""
+        return f"{self.base}metrics:{minute}"
+
     def handoff(self, consumer: str) -> str:
         return f"{self.base}handoff:{consumer}"
 
@@ -151,6 +160,27 @@ class QueueKeys:
     def dead_map(self, rid: str) -> str:
         """Hash: a request's dead task -> the id of its entry in the dead stream."""
         return f"{self.base}req:{rid}:dead"
+
+    def progress(self, rid: str) -> str:
+        """Hash: a request's task -> its last progress (JSON), "<task>:log" -> its last log
+        lines (JSON); see progress.lua."""
+        return f"{self.base}req:{rid}:progress"
+
+    def progress_at(self, rid: str) -> str:
+        """Zset: a request's tasks that reported progress -> when they last did (ms)."""
+        return f"{self.base}req:{rid}:progress:at"
+
+    def results(self, rid: str) -> str:
+        """Hash: a request's task -> its handler's result (JSON); kept as long as the request."""
+        return f"{self.base}req:{rid}:results"
+
+    def record(self, kind: str, rid: str) -> str:
+        """An application's record of kind `kind` beside request `rid` (core.queue.records)."""
+        return f"{self.base}{kind}:{rid}"
+
+    def record_index(self, kind: str) -> str:
+        """The records of kind `kind` by time (ms), so they are found without a scan."""
+        return f"{self.base}{kind}s"
 
     def state_index(self, state: str) -> str:
         return f"{self.base}state:{state}"

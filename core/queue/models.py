@@ -142,6 +142,33 @@ class PendingEntry:
 
 
 @dataclass(frozen=True, slots=True)
+class LogLine:
+    at_ms: int  # when the worker logged it (Redis server time, to the flush's precision)
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class TaskProgress:
+    """What a running (or finished) task last reported: ctx.progress() and ctx.log()."""
+
+    task_id: str
+    done: float | None  # None: the task logged lines but reported no progress
+    total: float | None  # None: unknown
+    message: str
+    worker: str
+    updated_ms: int  # the last write (progress or log)
+    log: tuple[LogLine, ...] = ()
+    running: bool = False  # leased to a worker right now (introspect.progress says)
+
+    @property
+    def percent(self) -> float | None:
+        """done / total as a percentage in [0, 100]; None without a positive total."""
+        if self.done is None or not self.total:
+            return None
+        return max(0.0, min(100.0, 100.0 * self.done / self.total))
+
+
+@dataclass(frozen=True, slots=True)
 class DeadLetter:
     id: str
     request_id: str
@@ -178,6 +205,7 @@ class WorkerInfo:
     last_beat_ms: int
     info: dict[str, Any]  # {} when its entry expired, or held no JSON object
     unreadable: str = ""  # the entry as written, when it is not a JSON object
+    control: str = ""  # what an operator asked of it: "quiet", "stop" or "" (control_worker)
 
 
 @dataclass(frozen=True, slots=True)

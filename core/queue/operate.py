@@ -6,17 +6,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal, overload
 
-from .base import QueueBase, int_in, translated
-from .errors import UnknownRequest, check_code
+from .base import int_in, translated
+from .errors import InvalidInput, UnknownRequest, check_code
 from .keys import validate_id, validate_task_id
 from .models import TERMINAL_STATES, Cancelled
+from .results import Completion, Results
 
 CHUNK = 1000  # ids per call into Redis: one call holds Redis for a few ms at most
+WORKER_COMMANDS = ("quiet", "stop", "resume")
 
 
-class Operator(QueueBase):
+class Operator(Results):
     """What an operator (or the console) does to requests and tasks."""
 
     def cancel(self, request_id: str) -> Cancelled:
@@ -138,11 +140,26 @@ class Operator(QueueBase):
         mode = "crashed" if crashed else ""
         while offset >= 0:
             reply = self._run("reclaim", [self._now(), worker, dead_after_ms, CHUNK, offset,
-                                          mode], keys)
+                                          mode, 1 if self.metrics else 0], keys)
             check_code(reply, f"worker {worker!r}")
             released, cancelled = released + int(reply[0]), cancelled + int(reply[1])
             offset = int(reply[2])
         return released, cancelled
+
+    def control_worker(self, worker: str, command: str, by: str = "") -> tuple[bool, str]:
+        """Ask a registered worker to go "quiet" (take no new task, finish the running ones),
+        "stop" (quiet, then exit) or "resume" (take work again after a quiet); it acts at its
+        next heartbeat. Returns (whether this call changed the request, the worker's control
+        now: "quiet", "stop" or ""). A stop is final: a later quiet or resume changes nothing.
+        UnknownWorker if it is not registered in this queue."""
+        validate_id(worker, "worker name")
+        if command not in WORKER_COMMANDS:
+            raise InvalidInput(f"a worker control is one of {', '.join(WORKER_COMMANDS)}, "
+                               f"not {command!r}")
+        reply = self._run("control", [self._now(), worker, command, by],
+                          [self.keys.workers, self.keys.worker(worker)])
+        check_code(reply, f"worker {worker!r} of queue {self.name!r}")
+        return int(reply[0]) == 1, str(reply[1])
 
     def pause(self, by: str = "") -> bool:
         """Lease nothing from this queue until resume(); running tasks finish. Returns False
@@ -167,9 +184,26 @@ class Operator(QueueBase):
             raise UnknownRequest(f"no request {rid!r} in queue {self.name!r}")
         return str(state)
 
-    def wait(self, request_id: str, timeout: float | None = None) -> str | None:
+    @overload
+    def wait(self, request_id: str, timeout: float | None = None, *,
+             results: Literal[False] = False) -> str | None: ...
+
+    @overload
+    def wait(self, request_id: str, timeout: float | None = None, *,
+             results: Literal[True]) -> Completion | None: ...
+
+    def wait(self, request_id: str, timeout: float | None = None, *,
+             results: bool = False) -> str | Completion | None:
         """Block until the request completes; returns done, failed or cancelled, or None on
-        timeout. A request that already completed returns at once."""
+        timeout. A request that already completed returns at once. With `results`, returns
+        Completion(state, results by task id): results are stored before the completion is,
+        so every finished task's is there."""
+        state = self._wait(request_id, timeout)
+        if state is None or not results:
+            return state
+        return Completion(state, self.result(request_id))
+
+    def _wait(self, request_id: str, timeout: float | None) -> str | None:
         rid = validate_id(request_id, "request id")
         deadline = None if timeout is None else time.monotonic() + timeout
         with translated("wait"):

@@ -12,7 +12,7 @@ import warnings
 import weakref
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import orjson
 
@@ -99,21 +99,44 @@ def task_list(tasks: object) -> list[Any] | tuple[Any, ...]:
     return list(tasks)
 
 
-def _options(
-    priority: int, concurrency: int, tenant: str, handler: str, max_attempts: int,
-    lease_ms: int, retention_ms: int, backoff_ms: int, backoff_max_ms: int,
-) -> list[int | str]:
-    """A request's options, checked, in the order submit and submit_after take them."""
+class RequestOptions(TypedDict, total=False):
+    """How a request runs: the options submit(), submit_after() and open() share, each
+    optional (DEFAULT_OPTIONS)."""
+
+    priority: int  # 0-99, higher first
+    concurrency: int  # at most this many of its tasks leased or running at once
+    tenant: str  # fair share is between tenants, then between their requests
+    max_attempts: int  # runs of a task before it is a dead letter
+    lease_ms: int  # a worker's lease on a task between heartbeats
+    retention_ms: int  # how long the finished request is kept (with dead letters: a week)
+    backoff_ms: int  # the first retry's delay, doubling (with jitter) ...
+    backoff_max_ms: int  # ... up to this
+
+
+DEFAULT_OPTIONS: RequestOptions = {
+    "priority": DEFAULT_PRIORITY, "concurrency": DEFAULT_CONCURRENCY, "tenant": "default",
+    "max_attempts": 3, "lease_ms": 30_000, "retention_ms": DAY_MS, "backoff_ms": 1_000,
+    "backoff_max_ms": 300_000,
+}
+
+
+def _options(handler: str, options: RequestOptions) -> list[int | str]:
+    """A request's options with the defaults, checked, in the order the scripts take them."""
+    unknown = sorted(set(options) - set(DEFAULT_OPTIONS))
+    if unknown:
+        raise TypeError(f"unknown request option(s) {', '.join(unknown)}: the options are "
+                        f"{', '.join(DEFAULT_OPTIONS)}")
+    o: RequestOptions = {**DEFAULT_OPTIONS, **options}
     return [
-        int_in(priority, "priority", 0, 99),
-        int_in(concurrency, "concurrency", 1, DEFAULT_CONCURRENCY),
-        validate_id(tenant, "tenant"),
+        int_in(o["priority"], "priority", 0, 99),
+        int_in(o["concurrency"], "concurrency", 1, DEFAULT_CONCURRENCY),
+        validate_id(o["tenant"], "tenant"),
         validate_id(handler, "handler"),
-        int_in(max_attempts, "max_attempts", 1, MAX_ATTEMPTS),
-        int_in(lease_ms, "lease_ms", 100, MAX_LEASE_MS),
-        int_in(retention_ms, "retention_ms", 1000, MAX_RETENTION_MS),
-        int_in(backoff_ms, "backoff_ms", 0, MAX_BACKOFF_MS),
-        int_in(backoff_max_ms, "backoff_max_ms", 0, MAX_BACKOFF_MS),
+        int_in(o["max_attempts"], "max_attempts", 1, MAX_ATTEMPTS),
+        int_in(o["lease_ms"], "lease_ms", 100, MAX_LEASE_MS),
+        int_in(o["retention_ms"], "retention_ms", 1000, MAX_RETENTION_MS),
+        int_in(o["backoff_ms"], "backoff_ms", 0, MAX_BACKOFF_MS),
+        int_in(o["backoff_max_ms"], "backoff_max_ms", 0, MAX_BACKOFF_MS),
     ]
 
 
@@ -169,20 +192,15 @@ class Producer(QueueBase):
         *,
         handler: str,
         request_id: str | None = None,
-        priority: int = DEFAULT_PRIORITY,
-        concurrency: int = DEFAULT_CONCURRENCY,
-        tenant: str = "default",
-        max_attempts: int = 3,
-        lease_ms: int = 30_000,
-        retention_ms: int = DAY_MS,  # with dead letters: at least a week (the engine)
-        backoff_ms: int = 1_000,
-        backoff_max_ms: int = 300_000,
         seal: bool = True,
         run_at: datetime | None = None,
         delay: float | timedelta | None = None,
+        **options: Unpack[RequestOptions],
     ) -> Submitted:
         """Create a request whose tasks the workers run with the handler named `handler`;
-        with seal=False more may be added, then seal().
+        with seal=False more may be added, then seal(). `options`: RequestOptions (priority,
+        concurrency, tenant, max_attempts, lease_ms, retention_ms, backoff_ms, backoff_max_ms;
+        DEFAULT_OPTIONS for what is not given).
 
         With `run_at` (a timezone-aware datetime) or `delay` (seconds, or a timedelta, from
         now on the engine's clock) the request is "scheduled": its tasks become eligible at
@@ -195,8 +213,7 @@ class Producer(QueueBase):
         handler when no worker of the queue has announced `handler`.
         """
         rid = validate_id(request_id, "request id") if request_id is not None else new_request_id()
-        meta = _options(priority, concurrency, tenant, handler, max_attempts, lease_ms,
-                        retention_ms, backoff_ms, backoff_max_ms)
+        meta = _options(handler, options)
         if not isinstance(seal, bool):
             raise InvalidInput(f"seal must be True or False, got {seal!r}")
         due = due_spec(run_at, delay)
@@ -231,16 +248,10 @@ class Producer(QueueBase):
         *,
         handler: str,
         request_id: str | None = None,
-        priority: int = DEFAULT_PRIORITY,
-        concurrency: int = DEFAULT_CONCURRENCY,
-        tenant: str = "default",
-        max_attempts: int = 3,
-        lease_ms: int = 30_000,
-        retention_ms: int = DAY_MS,
-        backoff_ms: int = 1_000,
-        backoff_max_ms: int = 300_000,
+        **options: Unpack[RequestOptions],
     ) -> Submitted:
-        """A follow-up of request `parent_id` ("then"): created sealed with its tasks and held
+        """A follow-up of request `parent_id` ("then"), with the options submit() takes:
+        created sealed with its tasks and held
         (state "held") until the parent completes: done starts it, cancelled cancels it,
         failed keeps it held (requeuing the parent's dead letters may still finish the
         parent). Decided at once if the parent has completed already.
@@ -250,8 +261,7 @@ class Producer(QueueBase):
         """
         parent = validate_id(parent_id, "parent request id")
         rid = validate_id(request_id, "request id") if request_id is not None else new_request_id()
-        meta = _options(priority, concurrency, tenant, handler, max_attempts, lease_ms,
-                        retention_ms, backoff_ms, backoff_max_ms)
+        meta = _options(handler, options)
         payloads = self._encode(tasks)
         if not payloads:
             raise InvalidInput("a follow-up request needs at least one task")
@@ -311,10 +321,14 @@ class Producer(QueueBase):
             stacklevel=level,
         )
 
-    def open(self, *, handler: str, request_id: str | None = None, **options: Any) -> Submitted:
+    def open(
+        self, *, handler: str, request_id: str | None = None, run_at: datetime | None = None,
+        delay: float | timedelta | None = None, **options: Unpack[RequestOptions],
+    ) -> Submitted:
         """Create a request that takes tasks by add() until seal(); options as submit()'s
         (with run_at or delay, its tasks wait for that time, however early it is sealed)."""
-        return self.submit([], handler=handler, request_id=request_id, seal=False, **options)
+        return self.submit([], handler=handler, request_id=request_id, seal=False,
+                           run_at=run_at, delay=delay, **options)
 
     def add(self, request_id: str, tasks: Iterable[Any]) -> int:
         """Append tasks to an open request; returns its new total (with no tasks, its total)."""

@@ -52,6 +52,8 @@ SCRIPT_NAMES = (
     "delete_dead",
     "reclaim",
     "run_now",
+    "progress",
+    "control",
 )
 
 

@@ -15,7 +15,7 @@ import re
 from collections import deque
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import orjson
@@ -23,6 +23,7 @@ from cronsim import CronSim, CronSimError
 
 from core.queue.errors import InvalidInput
 from core.queue.keys import validate_id
+from core.queue.produce import DEFAULT_OPTIONS
 
 MISSED = ("latest", "all", "none")
 OVERLAP = ("skip", "allow")
@@ -34,8 +35,7 @@ MIN_EVERY_S = 1
 MAX_EVERY_S = 366 * 86_400
 MAX_TASKS = 1000
 MAX_SPEC_BYTES = 1_000_000
-TASK_OPTIONS = ("priority", "concurrency", "tenant", "max_attempts", "lease_ms", "retention_ms",
-                "backoff_ms", "backoff_max_ms")
+TASK_OPTIONS = tuple(DEFAULT_OPTIONS)  # a schedule's request options: submit()'s
 TEMPLATE_FIELDS = ("date", "time", "datetime", "slot", "year", "month", "day", "hour", "minute")
 JOB_TEMPLATED = ("input", "output")
 _EVERY = re.compile(r"(\d+)\s*([smhdw])", re.IGNORECASE)
@@ -210,7 +210,7 @@ class Schedule:
                 raise InvalidSchedule("a data job schedule takes no task payloads")
             self.job_spec(0)  # templates and fields checked on a sample slot
             return
-        from core.queue.produce import _options, task_list
+        from core.queue.produce import RequestOptions, _options, task_list
 
         validate_id(self.handler, "handler")
         tasks = task_list(self.tasks)
@@ -228,11 +228,7 @@ class Schedule:
         if unknown:
             raise InvalidSchedule(f"unknown request option(s) {', '.join(sorted(unknown))}; "
                                   f"known: {', '.join(TASK_OPTIONS)}")
-        o = self.options
-        _options(o.get("priority", 50), o.get("concurrency", 1_000_000),
-                 o.get("tenant", "default"), str(self.handler), o.get("max_attempts", 3),
-                 o.get("lease_ms", 30_000), o.get("retention_ms", 86_400_000),
-                 o.get("backoff_ms", 1000), o.get("backoff_max_ms", 300_000))
+        _options(str(self.handler), cast(RequestOptions, dict(self.options)))
 
     @property
     def kind(self) -> str:

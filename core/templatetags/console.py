@@ -146,3 +146,56 @@ def thousands(value: Any) -> str:
         return f"{int(value):,}"
     except (TypeError, ValueError):
         return "" if value is None else str(value)
+
+
+def _count(value: float) -> str:
+    """A progress count: "1,204", or "4.5" (two decimals at most)."""
+    if float(value).is_integer():
+        return f"{int(value):,}"
+    return f"{value:,.2f}".rstrip("0").rstrip(".")
+
+
+@register.simple_tag
+def task_progress(p: Any) -> SafeString:
+    """What a task reported (TaskProgress): a bar with "done / total (pct)" when it gave a
+    total, else its count; an SVG as the request's bar is (no inline style)."""
+    if p is None or p.done is None:
+        return format_html('<span class="muted">{}</span>', "—")
+    pct = p.percent
+    if pct is None:
+        return format_html('<span class="task-count">{}</span>', _count(p.done))
+    label = f"{_count(p.done)} / {_count(p.total)}"
+    return format_html(
+        '<span class="progress task-progress" data-done="{}" data-total="{}"><svg '
+        'viewBox="0 0 100 8" preserveAspectRatio="none" role="img" aria-label="{}"><title>{}'
+        '</title><rect class="p-track" x="0" y="0" width="100" height="8"></rect><rect '
+        'class="p-done" x="0" y="0" width="{}" height="8"></rect></svg><span class="pct">{}'
+        ' ({}%)</span></span>',
+        _count(p.done), _count(p.total), label, label, f"{pct:.3f}", label, f"{int(pct)}",
+    )
+
+
+@register.simple_tag
+def clock(ms: Any) -> SafeString:
+    """A time of day "14:03:27" (UTC), the full date and time on hover: log lines' times."""
+    when = _to_datetime(ms)
+    if when is None:
+        return format_html("<span class=\"muted\">{}</span>", "—")
+    return format_html('<time datetime="{}" title="{} UTC">{}</time>',
+                       when.isoformat(timespec="milliseconds"),
+                       when.strftime("%Y-%m-%d %H:%M:%S"), when.strftime("%H:%M:%S"))
+
+
+@register.filter
+def seconds(value: Any) -> str:
+    """A time in seconds as "0.42 ms", "12.5 ms", "1.5 s", and from a minute on as duration()."""
+    if value is None or value == "":
+        return "—"
+    v = float(value)
+    if v < 0.001:
+        return f"{v * 1000:.2f} ms"
+    if v < 1:
+        return f"{v * 1000:.3g} ms"
+    if v < 60:
+        return f"{v:.3g} s"
+    return duration(int(v * 1000))

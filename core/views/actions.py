@@ -28,7 +28,7 @@ from core.console import forms
 from core.console.errors import error_page
 from core.console.params import BadParam
 from core.console.queues import queue_from
-from core.ops import actions
+from core.ops import actions, workers
 from core.ops.errors import BadInput, Refused, StaleState
 from core.ops.perms import allowed
 from core.pipeline import jobs
@@ -128,6 +128,26 @@ def _reclaim(actor: Any, q: Queue, request: HttpRequest) -> Any:
     return actions.reclaim_worker(actor, q.name, forms.worker(request.POST))
 
 
+def _worker_control(command: str) -> Callable[[Any, Queue, HttpRequest], Any]:
+    def run(actor: Any, q: Queue, request: HttpRequest) -> Any:
+        return workers.control(actor, command, forms.worker(request.POST), queue=q.name)
+
+    return run
+
+
+def _confirm_stop(request: HttpRequest, queue: Queue) -> Confirm:
+    name = forms.worker(request.POST)
+    return Confirm(
+        f"Stop worker {name}?",
+        f"Stop {name}",
+        [name],
+        "Within a heartbeat it takes no new task; it finishes the ones it runs (those still "
+        "running after its grace time go back to waiting, no attempt spent) and exits. A stop "
+        "cannot be undone: under make run the stack does not start it again until the stack "
+        "itself is restarted; elsewhere, its supervisor decides (it exits with status 0).",
+    )
+
+
 def _run_now(actor: Any, q: Queue, request: HttpRequest) -> Any:
     return actions.run_now(actor, q.name, forms.request_ids(request.POST))
 
@@ -173,6 +193,9 @@ SPECS: dict[str, Spec] = {
     "release-worker": Spec(_release_worker, "claim", back="core:workers"),
     "reclaim": Spec(_reclaim, "claim", back="core:workers"),
     "run-now": Spec(_run_now, "cancel", back="core:scheduled"),
+    "worker-quiet": Spec(_worker_control("quiet"), "control", back="core:workers"),
+    "worker-resume": Spec(_worker_control("resume"), "control", back="core:workers"),
+    "worker-stop": Spec(_worker_control("stop"), "control", _confirm_stop, back="core:workers"),
     "pause": Spec(_pause, "pause"),
     "resume": Spec(_resume, "pause"),
 }

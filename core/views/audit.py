@@ -18,7 +18,7 @@ from .common import console_page, page
 ACTIONS = ("requeue", "delete", "cancel", "claim", "release", "reclaim", "pause", "resume",
            "stop", "datajob", "datajob-clean", "login", "unlock", "login-log-reset",
            "user-add", "user-change", "user-delete", "group-add", "group-change",
-           "group-delete")
+           "group-delete", "worker-quiet", "worker-stop", "worker-resume")
 PAGE = 50
 
 

@@ -4,26 +4,36 @@ request's counters read from Redis for its progress bar; and one request in deta
 from __future__ import annotations
 
 import datetime as dt
+import json
 from dataclasses import dataclass
-from typing import Any
 
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
+from django.urls import reverse
 
 from core.console import params
 from core.console.paging import Paged, db_cursor, keyset, stream_cursor
+from core.console.params import BadParam
 from core.console.queues import queue_from
 from core.models import DeadLetter, Request
 from core.queue import Queue, introspect
-from core.queue.client import translated
 from core.queue.errors import InvalidInput
-from core.queue.keys import validate_id
-from core.queue.models import STATES, TERMINAL_STATES, PendingEntry, RequestInfo
+from core.queue.introspect import MAX_RESULTS_CURSOR
+from core.queue.keys import validate_id, validate_task_id
+from core.queue.models import (
+    STATES,
+    TERMINAL_STATES,
+    PendingEntry,
+    RequestInfo,
+    TaskProgress,
+)
 
 from .common import console_page, page
 
 SORTS = ("created", "finished")
 PREVIEW_TASKS = 5
+RESULTS_PAGE = 50  # results shown at once (about: a page of the request's results hash)
+RESULT_PREVIEW = 200  # characters of a result shown in the table; the rest on its own page
 TIMELINE_SCAN = 500  # events read from the stream after a request's creation, at most
 
 
@@ -66,14 +76,7 @@ class Row:
 
 def _live(queue: Queue, ids: list[str]) -> dict[str, RequestInfo]:
     """The Redis hashes of these requests (one round trip), those Redis still has."""
-    if not ids:
-        return {}
-    with translated("requests"):
-        pipe = queue.redis.pipeline(transaction=False)
-        for rid in ids:
-            pipe.hgetall(queue.keys.request(rid))
-        hashes = pipe.execute()
-    return {rid: RequestInfo.from_hash(rid, h) for rid, h in zip(ids, hashes, strict=True) if h}
+    return introspect.requests_many(queue, ids)
 
 
 @console_page
@@ -168,17 +171,28 @@ def request_detail(request: HttpRequest, queue_name: str, request_id: str) -> Ht
     pending: list[PendingEntry] = []
     payloads: dict[str, str] = {}
     preview: list[tuple[str, str]] = []
+    progress: list[TaskProgress] = []
     if live is not None:
         pending = introspect.pending(queue, request_id, after=after or "-", count=50)
         payloads, preview = _payloads(queue, request_id, [p.task_id for p in pending])
+        # Running tasks first, then those that finished (or wait to run again), newest first.
+        progress = sorted(introspect.progress(queue, request_id), key=lambda t: not t.running)
     letters = list(
         DeadLetter.objects.filter(queue=queue.name, request_id=request_id).order_by("-dead_at")[:20]
     )
     next_after = pending[-1].task_id if len(pending) == 50 else None
+    results_at = _results_cursor(request)
+    results = None
+    if live is not None:
+        page_ = introspect.results(queue, request_id, cursor=results_at, count=RESULTS_PAGE)
+        results = {"rows": [_result_row(queue.name, request_id, tid, text)
+                            for tid, text in page_.items],
+                   "total": page_.total, "next": page_.cursor, "first": results_at == 0}
     context = {
         "row": row, "info": live, "db": db, "pending": pending, "payloads": payloads,
+        "progress": progress,
         "preview": preview, "letters": letters, "timeline": _timeline(queue, row, db),
-        "next_after": next_after, "first_page": after is None,
+        "next_after": next_after, "first_page": after is None, "results": results,
         "lease_now_ms": queue.now_ms() if pending else 0,
         # Leased to a worker (not parked): what release and claim can act on.
         "claimable": any(not p.consumer.startswith("~") for p in pending),
@@ -187,22 +201,73 @@ def request_detail(request: HttpRequest, queue_name: str, request_id: str) -> Ht
                 live=not row.final)
 
 
+def _results_cursor(request: HttpRequest) -> int:
+    """Where the page of results starts: ?results=<cursor> (0: the first page)."""
+    raw = request.GET.get("results", "").strip()
+    if not raw:
+        return 0
+    if not (raw.isdecimal() and raw.isascii() and len(raw) <= 20
+            and int(raw) <= MAX_RESULTS_CURSOR):
+        raise BadParam(f"results must be a page cursor (a whole number), not {raw[:100]!r}. "
+                       "Start again from the first page of results.")
+    return int(raw)
+
+
+@dataclass(frozen=True)
+class ResultRow:
+    """A task's result as the request page shows it: one line, cut, escaped by the template."""
+
+    task_id: str
+    preview: str
+    cut: bool
+    size: int
+    url: str
+
+
+def _result_row(queue: str, rid: str, tid: str, text: str) -> ResultRow:
+    try:
+        compact = json.dumps(json.loads(text), ensure_ascii=False, separators=(", ", ": "))
+    except ValueError:  # not written by the engine's client: shown as it is
+        compact = text
+    return ResultRow(tid, compact[:RESULT_PREVIEW], len(compact) > RESULT_PREVIEW,
+                     len(text.encode()), reverse("core:result", args=[queue, rid, tid]))
+
+
+@console_page
+def result_detail(
+    request: HttpRequest, queue_name: str, request_id: str, task_id: str
+) -> HttpResponse:
+    """One task's result, whole: pretty-printed on a page, or as it is kept (?format=json)."""
+    queue = queue_from(request, queue_name)
+    try:
+        validate_id(request_id, "request id")
+        validate_task_id(task_id)
+    except InvalidInput as exc:
+        raise Http404(f"{exc}.") from None
+    text = introspect.result_text(queue, request_id, task_id)
+    if text is None:
+        raise Http404(f"Task {task_id} of request {request_id} in queue {queue.name} has no "
+                      "result: it returned none, has not finished, or the request's retention "
+                      "ended.")
+    if params.choice(request.GET, "format", ("json",)) == "json":
+        response = HttpResponse(text, content_type="application/json")
+        response["Content-Disposition"] = f'inline; filename="{request_id}-{task_id}.json"'
+        return response
+    try:
+        pretty = json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+    except ValueError:
+        pretty = text
+    context = {"request_id": request_id, "task_id": task_id, "pretty": pretty,
+               "size": len(text.encode())}
+    return page(request, "core/result.html", queue, context, nav="requests", live=False)
+
+
 def _payloads(
     queue: Queue, rid: str, task_ids: list[str]
 ) -> tuple[dict[str, str], list[tuple[str, str]]]:
     """The payloads of these tasks, and of the request's first tasks (one round trip)."""
-    stream = queue.keys.tasks(rid)
-    r: Any = queue.redis
-    with translated("payloads"):
-        pipe = r.pipeline(transaction=False)
-        for tid in task_ids:
-            pipe.xrange(stream, tid, tid, count=1)
-        pipe.xrange(stream, "-", "+", count=PREVIEW_TASKS)
-        got = pipe.execute()
-    payloads = {tid: rows[0][1].get("p", "") for tid, rows in zip(task_ids, got, strict=False)
-                if rows}
-    preview = [(eid, fields.get("p", "")) for eid, fields in got[-1]]
-    return payloads, preview
+    return (introspect.task_payloads(queue, rid, task_ids),
+            introspect.first_payloads(queue, rid, PREVIEW_TASKS))
 
 
 @dataclass(frozen=True)
@@ -218,9 +283,7 @@ def _timeline(queue: Queue, row: Row, db: Request | None) -> list[Event]:
     recorded (creation, completions) where the stream has lost them."""
     created = row.created
     created_ms = created if isinstance(created, int) else int(created.timestamp() * 1000)
-    r: Any = queue.redis
-    with translated("timeline"):
-        rows = r.xrange(queue.keys.events, max(0, created_ms - 1), "+", count=TIMELINE_SCAN)
+    rows = introspect.events_since(queue, created_ms - 1, count=TIMELINE_SCAN)
     events = []
     for eid, f in rows:
         if f.get("request") != row.id:

@@ -13,7 +13,7 @@ from django.views.decorators.http import require_safe
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from core.conf import redis_client
-from core.console.metrics import QueueCollector
+from core.console.metrics import HandlerCollector, QueueCollector
 from core.queue.client import translated
 from core.queue.errors import QueueError
 
@@ -55,4 +55,5 @@ def metrics(request: HttpRequest) -> HttpResponse:
         return response
     registry = CollectorRegistry(auto_describe=False)
     registry.register(QueueCollector())
+    registry.register(HandlerCollector())
     return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

@@ -12,12 +12,13 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 
+from core.conf import get_queue
 from core.console.paging import Paged, zset_cursor
-from core.console.queues import queue_from
+from core.console.queues import queue_from, queue_names
 from core.queue import introspect
 from core.queue.errors import InvalidInput
 from core.queue.keys import validate_id, validate_task_id
-from core.queue.models import WorkerInfo
+from core.queue.models import TaskProgress, WorkerInfo
 
 from .common import console_page, page
 
@@ -39,6 +40,7 @@ class Task:
     since_ms: int | None
     url: str | None = None
     held: str | None = None
+    progress: TaskProgress | None = None  # what it last reported (ctx.progress), if anything
 
     @classmethod
     def of(cls, entry: Any) -> Task:
@@ -76,6 +78,11 @@ class Worker:
     version: str
     stopping: bool
     tasks: list[Task]
+    quiet: bool = False  # it said so in its last beat (an operator's quiet)
+    control: str = ""  # what an operator asked of it: "quiet", "stop" or "" (see core.ops.workers)
+    rss_bytes: int | None = None
+    cpu_pct: float | None = None  # CPU time over the last minute, % of one core
+    util_pct: float | None = None  # busy slot time over the last minute, % of its slots
     held_here: int = 0  # its tasks of the page's queue: what "release its tasks" acts on
     unreadable: str = ""  # its heartbeat's entry, when that is not a JSON object
 
@@ -104,8 +111,25 @@ class Worker:
             processed=_int(info.get("processed")), failed=_int(info.get("failed")),
             running=_int(info.get("running")), version=_text(info.get("version")),
             stopping=bool(info.get("stopping")), tasks=tasks,
-            unreadable=_text(w.unreadable),
+            unreadable=_text(w.unreadable), quiet=info.get("quiet") is True,
+            control=w.control if w.control in ("quiet", "stop") else "",
+            rss_bytes=_int(info.get("rss")), cpu_pct=_pct(info.get("cpu")),
+            util_pct=_pct(info.get("util")),
         )
+
+    @property
+    def controllable(self) -> bool:
+        """Whether the control buttons apply: it beats (not gone) and is not stopping."""
+        return self.state != "gone" and not self.stopping and self.control != "stop"
+
+    @property
+    def quieted(self) -> bool:
+        """Quiet, or asked to be: Resume is the button then, not Quiet."""
+        return self.quiet or self.control == "quiet"
+
+    @property
+    def rss_text(self) -> str:
+        return "—" if self.rss_bytes is None else f"{self.rss_bytes / 2**20:,.0f} MiB"
 
 
 def dead_after_of(info: Any) -> int:
@@ -124,6 +148,13 @@ def _int(value: Any) -> int | None:
     return n if n is None or abs(n) < 2**63 else None
 
 
+def _pct(value: Any) -> float | None:
+    """A heartbeat's percentage, or None if it is not a finite number from 0 to 10,000."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if 0 <= value <= 10_000 else None
+
+
 def _text(value: Any) -> str:
     """A heartbeat's value as text, cut to what a cell shows."""
     text = "" if value is None else str(value)
@@ -139,9 +170,27 @@ def worker_list(request: HttpRequest) -> HttpResponse:
     workers = [Worker.of(w, now) for w in got.items]
     workers = [replace(w, held_here=sum(1 for t in w.tasks if t.queue == queue.name and t.held))
                for w in workers]
+    workers = _with_progress(workers)
     context = {
         "workers": workers,
         "paged": Paged(workers, str(got.cursor) if got.cursor else None, after is None),
         "counts": {s: sum(1 for w in workers if w.state == s) for s in ("alive", "stale", "gone")},
     }
     return page(request, "core/workers.html", queue, context, nav="workers")
+
+
+def _with_progress(workers: list[Worker]) -> list[Worker]:
+    """Each listed task with what it last reported: one round trip per queue named (a worker
+    may serve several), for the tasks whose ids are ids."""
+    wanted: dict[str, list[tuple[str, str]]] = {}
+    known = set(queue_names())
+    for w in workers:
+        for t in w.tasks:
+            if t.held and t.queue in known:
+                wanted.setdefault(t.queue, []).append((t.request_id, t.task_id))
+    if not wanted:
+        return workers
+    found = {(name, *key): p for name, pairs in wanted.items()
+             for key, p in introspect.task_progress(get_queue(name), pairs).items()}
+    return [replace(w, tasks=[replace(t, progress=found.get((t.queue, t.request_id, t.task_id)))
+                              for t in w.tasks]) for w in workers]

@@ -86,7 +86,8 @@ class ThreadBeater(Beater):
                 if ctx.deadline is not None and now > ctx.deadline and not ctx.timed_out:
                     token = ctx.lease.lease
                     error = time_limit_error(ctx.time_limit, self.worker)
-                    self.on_timeout(name, token, _fail_over_limit(q, token, error, self.worker))
+                    self.on_timeout(name, token, _fail_over_limit(q, token, error, self.worker,
+                                                                  ctx.time_limit))
             sent = time.monotonic()
             results = q.heartbeat(self.worker, info, [c.lease.lease for c in ctxs],
                                   ttl_ms=self.ttl_ms, lease_ms=self.lease_ms)
@@ -94,9 +95,10 @@ class ThreadBeater(Beater):
                 self.apply(name, ctx.lease.lease, r, sent)
 
 
-def _fail_over_limit(q: Queue, token: str, error: str, worker: str) -> str:
+def _fail_over_limit(q: Queue, token: str, error: str, worker: str, limit: float) -> str:
+    """Fail a task that ran past its time limit (its run took at least `limit` seconds)."""
     try:
-        return q.fail(token, error, worker=worker).outcome
+        return q.fail(token, error, worker=worker, duration=limit).outcome
     except LeaseLost:
         return "lost"
 
@@ -122,7 +124,8 @@ class ProcessBeater(Beater):
         self._proc = ctx.Process(
             target=_child_main, name=f"qa-beat-{self.worker}", daemon=True,
             args=(child, client_spec(q0.redis), q0.keys.prefix, [q.name for q in self.queues],
-                  self.worker, self.lease_ms, self.ttl_ms, self.interval, os.getpid()),
+                  self.worker, self.lease_ms, self.ttl_ms, self.interval, os.getpid(),
+                  q0.metrics),
         )
         self._proc.start()
         child.close()
@@ -241,15 +244,17 @@ def client_from_spec(spec: tuple[Any, ...]) -> Any:
     if spec[0] == "cluster":
         from redis.cluster import ClusterNode, RedisCluster
 
-        return RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in spec[1]], **spec[2])
+        nodes = [ClusterNode(h, p) for h, p in spec[1]]  # type: ignore[no-untyped-call]
+        return RedisCluster(startup_nodes=nodes, **spec[2])
     return redis.Redis(connection_pool=redis.ConnectionPool(connection_class=spec[1], **spec[2]))
 
 
 def _child_main(conn: Any, spec: tuple[Any, ...], prefix: str, names: list[str], worker: str,
-                lease_ms: int, ttl_ms: int, interval: float, parent_pid: int) -> None:
+                lease_ms: int, ttl_ms: int, interval: float, parent_pid: int,
+                metrics: bool = True) -> None:
     """The heartbeat process: renew what the worker holds until the worker is gone."""
     client = client_from_spec(spec)
-    queues = {n: Queue(client, n, prefix=prefix) for n in names}
+    queues = {n: Queue(client, n, prefix=prefix, metrics=metrics) for n in names}
     conn.send(("ready",))
     held: dict[str, set[str]] = {n: set() for n in names}
     limits: dict[tuple[str, str], tuple[float, float]] = {}  # -> (deadline, limit)
@@ -291,7 +296,7 @@ def _child_main(conn: Any, spec: tuple[Any, ...], prefix: str, names: list[str],
                     held[name].discard(token)
                     del limits[(name, token)]
                     outcome = _fail_over_limit(queues[name], token,
-                                               time_limit_error(limit, worker), worker)
+                                               time_limit_error(limit, worker), worker, limit)
                     conn.send(("timeout", name, token, outcome))
             for name, q in queues.items():
                 tokens = sorted(held[name])

@@ -6,22 +6,29 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from core.queue import Lease, Queue
+from core.queue import Lease, Queue, QueueadminError
+
+from .progress import Reporter
 
 
-class Cancelled(Exception):
+class WorkerError(QueueadminError):
+    """Root of what the worker runtime raises, and of what a handler raises to tell the worker
+    how to treat its task (Cancelled, LeaseGone, Permanent, Unavailable, TimeLimitExceeded)."""
+
+
+class Cancelled(WorkerError):
     """Raised by TaskContext.check() when the task's request was cancelled. The worker then
     releases the task without counting a failure."""
 
 
-class LeaseGone(Exception):
+class LeaseGone(WorkerError):
     """Raised by TaskContext.check() when this run no longer holds its lease (reaped, claimed
     or released by an operator): the task is to run again, so this run stops. The worker
     neither acks nor fails it; it tells Redis the run stopped, so that a task an operator
     released or claimed (kept from running again while this run may go on) moves on now."""
 
 
-class Permanent(Exception):
+class Permanent(WorkerError):
     """Raised by a handler for a failure that running the task again cannot fix (bad input,
     a statement that does not parse): the task goes to the dead letters at once, whatever
     attempts it has left. Any exception whose `permanent` attribute is true counts alike."""
@@ -29,13 +36,13 @@ class Permanent(Exception):
     permanent = True
 
 
-class Unavailable(Exception):
+class Unavailable(WorkerError):
     """Raised by a handler when something it needs is down (the Spark server it talks to): the
     task goes back to waiting at once, without counting an attempt, and the slot takes no more
     work until the handler's readiness check (Registry.register's `ready`) passes again."""
 
 
-class TimeLimitExceeded(Exception):
+class TimeLimitExceeded(WorkerError):
     """Raised by TaskContext.check() once the task has run past its hard time limit. The task
     has already been failed (retried or dead-lettered) by the heartbeat."""
 
@@ -49,8 +56,8 @@ class TaskContext:
     """One running (or prefetched) task. The heartbeat sets `cancelled`, `lost`, `timed_out`
     and `valid_until`; the slot sets `deadline` and `time_limit` when the task starts."""
 
-    __slots__ = ("cancelled", "deadline", "finished", "lease", "lost", "queue", "time_limit",
-                 "timed_out", "valid_until", "worker")
+    __slots__ = ("_reporter", "cancelled", "deadline", "finished", "lease", "lost", "queue",
+                 "time_limit", "timed_out", "valid_until", "worker")
 
     def __init__(self, lease: Lease, queue: Queue, worker: str, valid_until: float = 0.0) -> None:
         self.lease = lease
@@ -65,6 +72,7 @@ class TaskContext:
         self.valid_until = valid_until
         self.deadline: float | None = None  # monotonic hard time limit, if any
         self.time_limit = 0.0  # the limit it came from (s), for the dead letter's message
+        self._reporter: Reporter | None = None  # made by the first progress() or log()
 
     @property
     def payload(self) -> Any:
@@ -116,6 +124,30 @@ class TaskContext:
         if not self.confirm():
             raise LeaseGone(f"task {self.task_id} of request {self.request_id} is no longer "
                             f"leased to worker {self.worker}")
+
+    def progress(self, done: float, total: float | None = None, message: str = "") -> None:
+        """Report how far the task is: `done` of `total` (None: unknown), with a short
+        `message` (200 characters kept), shown live on the console's request and workers
+        pages. Cheap to call often: at most one write every 0.5 s, the latest value kept
+        meanwhile and sent within a heartbeat, or when the handler returns. Ignored once
+        the lease is gone. InvalidInput for a negative or non-finite number."""
+        self._reports().progress(done, total, str(message))
+
+    def log(self, message: str) -> None:
+        """Add a line (300 characters kept) to the task's log on the request page, which
+        keeps its last 20 lines; written with progress, under the same rate limit."""
+        self._reports().line(str(message))
+
+    def flush_progress(self, *, due_only: bool = False) -> None:
+        """Send what progress() and log() keep back (the worker calls it when the handler
+        returns; the heartbeat with due_only, once the rate limit allows a write)."""
+        if self._reporter is not None:
+            self._reporter.flush(due_only=due_only)
+
+    def _reports(self) -> Reporter:
+        if self._reporter is None:
+            self._reporter = Reporter(self)
+        return self._reporter
 
     def __repr__(self) -> str:
         return f"<Task {self.queue.name}/{self.lease.lease} attempt={self.attempt}>"

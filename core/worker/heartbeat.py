@@ -43,6 +43,7 @@ class Heartbeat(threading.Thread):
         info: Callable[[], dict[str, Any]],
         outage: Outage,
         process: bool = True,
+        control: Callable[[str], None] | None = None,
     ) -> None:
         super().__init__(name=f"heartbeat-{worker}", daemon=True)
         self.worker = worker
@@ -53,6 +54,7 @@ class Heartbeat(threading.Thread):
         self.reap_interval = reap_interval
         self.info = info
         self.outage = outage
+        self.control = control  # told, every beat, what an operator asks of the worker
         self._stop_event = threading.Event()
         self._next_prune: dict[str, float] = {}
         self._seen: dict[str, int] = {}  # lease token -> when a beat first saw it held (ms)
@@ -78,11 +80,14 @@ class Heartbeat(threading.Thread):
             now = time.monotonic()
             try:
                 if now >= next_beat:
+                    if self.control is not None:  # before the info, so that it says so
+                        self.control(self.read_control())
                     # The beater reads Held again as it sends (see ProcessBeater.beat): this
                     # read is only for the registry's list of tasks.
                     self.beater.beat(self.held.snapshot, self._info(self.held.snapshot()))
                     registry.touch(self.queues)  # keeps the queues listed (console, mirror)
                     next_beat = now + self.interval
+                    self.flush_progress()
                 if now >= next_reap:
                     self.reap()
                     next_reap = now + self.reap_interval
@@ -102,7 +107,7 @@ class Heartbeat(threading.Thread):
         tasks it holds with when a beat first saw each (within dead-after / 5 of its lease)."""
         now = int(time.time() * 1000)
         seen, self._seen = self._seen, {}
-        tasks = []
+        tasks: list[dict[str, Any]] = []
         for queue, ctxs in held.items():
             for ctx in ctxs:
                 since = self._seen[ctx.lease.lease] = seen.get(ctx.lease.lease, now)
@@ -111,6 +116,20 @@ class Heartbeat(threading.Thread):
         tasks.sort(key=lambda t: t["since"])
         return self.info() | {"dead_after_ms": self.lease_ms, "version": _version(),
                               "tasks": tasks[:MAX_LISTED_TASKS]}
+
+    def flush_progress(self) -> None:
+        """Send the progress running tasks keep back (rate limit): a handler that reported
+        and then went quiet is shown as it last said, within a beat."""
+        for ctxs in self.held.snapshot().values():
+            for ctx in ctxs:
+                if not ctx.finished:
+                    ctx.flush_progress(due_only=True)
+
+    def read_control(self) -> str:
+        """What an operator asks of this worker in any of its queues (the console and
+        `manage.py worker` ask in each): "stop" over "quiet" over "" (nothing, or resumed)."""
+        asked = {q.worker_control(self.worker) for q in self.queues}
+        return next((c for c in ("stop", "quiet") if c in asked), "")
 
     def apply(self, queue: str, token: str, result: int, sent_at: float) -> None:
         """One renewal's answer: 1 renewed, 2 renewed but cancelled, -1 lease lost."""

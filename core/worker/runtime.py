@@ -20,11 +20,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.queue import Lease, LeaseLost, Queue, RedisReplyError, RedisUnavailable
+from core.queue import InvalidResult, Lease, LeaseLost, Queue, RedisReplyError, RedisUnavailable
 from core.queue.client import wait_for_any
 from core.queue.introspect import drained
 from core.queue.keys import validate_id
 from core.queue.models import FailOutcome
+from core.queue.results import lease_of
 
 from .acks import PendingAcks
 from .context import Cancelled, LeaseGone, TaskContext, TimeLimitExceeded, Unavailable
@@ -32,6 +33,7 @@ from .heartbeat import Heartbeat, default_name
 from .held import Held
 from .outage import Outage
 from .registry import Registry, default_registry
+from .stats import Usage
 
 log = logging.getLogger("queueadmin.worker")
 
@@ -101,6 +103,13 @@ class Worker:
         self.outage = Outage()
         self.stopping = threading.Event()  # take no new work; finish what runs
         self.hard_stop = threading.Event()  # release everything now
+        # An operator's quiet (console, `manage.py worker quiet`): take no new work, finish
+        # what runs, until resumed. Slots wait on `_active`, which is set unless quiet.
+        self.quiet = threading.Event()
+        self._active = threading.Event()
+        self._active.set()
+        self.stopped_on_request = False  # an operator's stop: the supervisor leaves it stopped
+        self.usage = Usage(self.config.slots)
         self.processed = 0
         self.failed = 0
         self._inflight = 0  # leased or reserved by a slot, not yet finished (for --max-tasks)
@@ -118,7 +127,7 @@ class Worker:
         self.heartbeat = Heartbeat(
             worker=self.name, queues=queues, held=self.held, lease_ms=self.config.lease_ms,
             interval=self.config.dead_after / 5, reap_interval=1.0, info=self._info,
-            outage=self.outage,
+            outage=self.outage, control=self.control,
             # A queue on a test's injected clock cannot be renewed from another process.
             process=self.config.heartbeat == "process"
             and not any(q.has_injected_clock for q in queues),
@@ -129,7 +138,7 @@ class Worker:
     def run(self) -> int:
         """Run until stopped; returns the exit code (0). In the main thread it handles SIGTERM
         and SIGINT until it returns (then the previous handlers are back)."""
-        previous: dict[int, Any] = {}
+        previous: dict[signal.Signals, Any] = {}
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 previous[sig] = signal.signal(sig, self._on_signal)
@@ -143,6 +152,9 @@ class Worker:
         log.info("worker started worker=%s queues=%s slots=%d pid=%d dead_after=%.1fs handlers=%s",
                  self.name, ",".join(q.name for q in self.queues), self.config.slots,
                  os.getpid(), self.config.dead_after, ",".join(self.registry.names()))
+        for q in self.queues:  # a quiet or stop was for an earlier process of this name
+            with contextlib.suppress(*PASSING):
+                q.forget_control(self.name)
         self.heartbeat.start()
         # Before any lease: a worker that cannot run a task yet (its Spark not up) takes none,
         # so no task waits on it while another worker could run it.
@@ -179,8 +191,30 @@ class Worker:
         if not self.stopping.is_set():
             self.stopping.set()
             self._grace_deadline = time.monotonic() + self.config.grace
+        self._active.set()  # quiet slots wake up to see it and return
         if hard:
             self.hard_stop.set()
+
+    def control(self, wanted: str) -> None:
+        """What an operator asked of this worker, as its heartbeat read it from Redis:
+        "quiet" (take no new task, finish the running ones), "stop" (the same, then exit 0,
+        as on SIGTERM: running tasks get the grace time) or "" (take work again)."""
+        if self.stopping.is_set():
+            return
+        if wanted == "stop":
+            log.info("stop requested by an operator worker=%s: finishing running tasks (up "
+                     "to %.0fs), then exiting", self.name, self.config.grace)
+            self.stopped_on_request = True
+            self.stop()
+        elif wanted == "quiet" and not self.quiet.is_set():
+            log.info("quiet requested by an operator worker=%s: takes no new task; running "
+                     "ones finish", self.name)
+            self.quiet.set()
+            self._active.clear()
+        elif wanted == "" and self.quiet.is_set():
+            log.info("resumed by an operator worker=%s: takes tasks again", self.name)
+            self.quiet.clear()
+            self._active.set()
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         self._signals += 1
@@ -195,11 +229,14 @@ class Worker:
 
     def _release_all(self) -> None:
         for q in self.queues:
-            finished = [t for pending in self._acks for t in pending.take(q.name)]
+            taken = [pending.take(q.name) for pending in self._acks]
+            finished = [t for a in taken for t in a.tokens]
             if finished:
                 # If Redis is down, their leases expire and they run again: at-least-once.
                 with contextlib.suppress(RedisUnavailable):
-                    self._settle(q, finished, q.ack_many(finished))
+                    accepted = q.ack_many(finished,
+                                           durations=[d for a in taken for d in a.durations])
+                    self._settle(q, finished, accepted)
             ctxs = self.held.snapshot().get(q.name, [])
             if not ctxs:
                 continue
@@ -216,15 +253,16 @@ class Worker:
     def _unregister(self) -> None:
         for q in self.queues:
             with contextlib.suppress(RedisUnavailable):  # the entry expires by itself
-                q.unregister(self.name)
+                q.unregister(self.name, stopped=self.stopped_on_request)
 
     def _info(self) -> dict[str, Any]:
         return {
             "host": os.uname().nodename, "pid": os.getpid(), "slots": self.config.slots,
             "queues": [q.name for q in self.queues], "started": int(self._started),
             "processed": self.processed, "failed": self.failed, "running": self.held.count(),
-            "stopping": self.stopping.is_set(),
+            "stopping": self.stopping.is_set(), "quiet": self.quiet.is_set(),
             **({"waiting": self._waiting_for} if self._waiting_for else {}),
+            **self.usage.sample(),
         }
 
     def _wait_ready(self, handlers: list[str] | None = None, *, starting: bool = False) -> None:
@@ -262,8 +300,9 @@ class Worker:
     def _slot(self, slot: int) -> None:
         acks = self._acks[slot]
         batch = 1
+        quiet_seen = False
         while not self.hard_stop.is_set():
-            want = 0 if self.stopping.is_set() else self._reserve(batch)
+            want = 0 if self.stopping.is_set() or self.quiet.is_set() else self._reserve(batch)
             got: list[Lease] = []
             queue: Queue | None = None
             next_due = -1
@@ -271,13 +310,13 @@ class Worker:
             failed = False
             for q in self.queues:
                 pending = acks.take(q.name)
-                if not want and not pending:
+                if not want and not pending.tokens:
                     continue
                 sent = time.monotonic()
                 try:
                     accepted, got, due = q.ack_and_dequeue(
-                        self.name, want, pending, lease_ms=self.config.lease_ms,
-                        idle_handoff=self._handoff and want > 0,
+                        self.name, want, pending.tokens, lease_ms=self.config.lease_ms,
+                        idle_handoff=self._handoff and want > 0, durations=pending.durations,
                     )
                 except PASSING as exc:
                     # Unreachable, or an error reply (BUSY, LOADING, OOM...): log once, back
@@ -288,7 +327,7 @@ class Worker:
                     failed = True
                     break
                 self.outage.recovered(f"slot {slot}")
-                self._settle(q, pending, accepted)
+                self._settle(q, pending.tokens, accepted)
                 if due >= 0:
                     next_due = due if next_due < 0 else min(next_due, due)
                 if got:
@@ -300,6 +339,13 @@ class Worker:
                 self._unreserve(want)
                 if self.stopping.is_set():
                     return
+                if self.quiet.is_set():
+                    if not quiet_seen:  # offered no more handoffs; any handed over go back
+                        quiet_seen = True
+                        self._leave_idle()
+                    self._active.wait(self.config.idle_wait)
+                    continue
+                quiet_seen = False
                 if self.config.burst and self._drained():
                     log.info("burst: queues drained, slot %d done worker=%s", slot, self.name)
                     return
@@ -312,7 +358,11 @@ class Worker:
             if failed or queue is None:
                 continue  # Redis error: retry after the backoff
             started = time.perf_counter()
-            self._run_batch(queue, got, acks, sent)
+            self.usage.busy(slot)
+            try:
+                self._run_batch(queue, got, acks, sent)
+            finally:
+                self.usage.idle(slot)
             per_task = (time.perf_counter() - started) / len(got)
             if per_task < FAST_BATCH_S:
                 batch = min(batch * 2, self.config.prefetch)
@@ -350,8 +400,9 @@ class Worker:
     def _settle(self, q: Queue, acked: list[str], accepted: list[bool]) -> None:
         if not acked:
             return
-        self.held.discard(q.name, acked)
-        for token, ok in zip(acked, accepted, strict=True):
+        tokens = [lease_of(a) for a in acked]  # an ack may carry its task's result
+        self.held.discard(q.name, tokens)
+        for token, ok in zip(tokens, accepted, strict=True):
             if not ok:
                 rid, tid, _ = token.split("/")
                 log.warning("ack refused queue=%s request=%s task=%s worker=%s: the lease was "
@@ -397,7 +448,7 @@ class Worker:
         self.held.add(q.name, ctxs)
         self.heartbeat.beater.hold(q.name, ctxs)  # renewed from now on, whatever the handler does
         for i, ctx in enumerate(ctxs):
-            if self.stopping.is_set():
+            if self.stopping.is_set() or self.quiet.is_set():
                 # Prefetched tasks not started yet go back at once, not counted as attempts.
                 self._finish(q, ctxs[i:], q.release)
                 return
@@ -412,7 +463,7 @@ class Worker:
         """Never start a run on a lease that may be gone (e.g. the worker was paused past it):
         confirmed with Redis unless known to be held."""
         try:
-            held = self._retrying(ctx.confirm)
+            held = bool(self._retrying(ctx.confirm))
         except PASSING:
             held = False
         if not held:
@@ -442,13 +493,13 @@ class Worker:
         queues = {q.name: q for q in self.queues}
         while not self._flusher_done.wait(ACK_FLUSH_S):
             for pending in self._acks:
-                for name, tokens in pending.take_older_than(ACK_FLUSH_S).items():
+                for name, taken in pending.take_older_than(ACK_FLUSH_S).items():
                     try:
-                        accepted = queues[name].ack_many(tokens)
+                        accepted = queues[name].ack_many(taken.tokens, durations=taken.durations)
                     except PASSING:
-                        pending.put_back(name, tokens)  # the slot retries with its next call
+                        pending.put_back(name, taken)  # the slot retries with its next call
                         continue
-                    self._settle(queues[name], tokens, accepted)
+                    self._settle(queues[name], taken.tokens, accepted)
 
     def _run_one(self, q: Queue, ctx: TaskContext, acks: PendingAcks) -> None:
         lease = ctx.lease
@@ -461,8 +512,12 @@ class Worker:
         if limit:
             ctx.deadline, ctx.time_limit = time.monotonic() + limit, limit
             self.heartbeat.beater.started(q.name, ctx, limit)
+        started = time.perf_counter()  # the run's time goes to the handler's metrics
         try:
-            fn(lease.payload, ctx)
+            try:
+                value = fn(lease.payload, ctx)
+            finally:
+                ctx.flush_progress()  # the last report, before the ack or fail ends the lease
         except Cancelled:
             log.info("task stopped: request cancelled queue=%s request=%s task=%s worker=%s",
                      q.name, ctx.request_id, ctx.task_id, self.name)
@@ -481,20 +536,32 @@ class Worker:
                 self.held.discard(q.name, [lease.lease])
                 self._done(failed=True)
             else:
-                self._fail(q, ctx, f"TimeLimitExceeded: {exc} ({limit:g}s)", "", retry=True)
+                self._fail(q, ctx, f"TimeLimitExceeded: {exc} ({limit:g}s)", "", retry=True,
+                           duration=time.perf_counter() - started)
         except Exception as exc:
             # A failure the handler marks permanent (core.worker.Permanent) is not retried.
             self._fail(q, ctx, f"{type(exc).__name__}: {exc}", traceback.format_exc(),
-                       retry=not getattr(exc, "permanent", False))
+                       retry=not getattr(exc, "permanent", False),
+                       duration=time.perf_counter() - started)
         else:
+            try:
+                # Kept with the ack that finishes the task; checked now, so a result that
+                # cannot be kept fails the task (for good: a rerun would return the same).
+                ack = q.ack_entry(lease, value)
+            except InvalidResult as exc:
+                self._fail(q, ctx, f"{type(exc).__name__}: {exc}", "", retry=False,
+                           duration=time.perf_counter() - started)
+                return
             ctx.finished = True
-            acks.add(q.name, lease.lease)
+            acks.add(q.name, ack, time.perf_counter() - started)
             self._done()
 
-    def _fail(self, q: Queue, ctx: TaskContext, error: str, tb: str, *, retry: bool) -> None:
+    def _fail(self, q: Queue, ctx: TaskContext, error: str, tb: str, *, retry: bool,
+              duration: float | None = None) -> None:
         try:
             out: FailOutcome | None = self._retrying(
-                lambda: q.fail(ctx.lease, error, tb, worker=self.name, retry=retry)
+                lambda: q.fail(ctx.lease, error, tb, worker=self.name, retry=retry,
+                               duration=duration)
             )
         except LeaseLost:
             out = None

@@ -75,12 +75,7 @@ class Command(BaseCommand):
         try:
             run_worker(
                 options["queue"] or ["default"], get_queue, config,
-                handler_modules=[
-                    # the data job handler (it imports no PySpark until its first task),
-                    # unless this installation runs no data jobs (QA_SPARK=off)
-                    *([] if settings.SPARK_OFF else ["core.pipeline.tasks"]),
-                    *getattr(settings, "QUEUEADMIN_HANDLER_MODULES", []), *options["imports"]
-                ],
+                handler_modules=[*settings.QUEUEADMIN_HANDLER_MODULES, *options["imports"]],
             )
         except RedisUnavailable as exc:
             raise CommandError(

@@ -41,6 +41,11 @@ class Command(BaseCommand):
             "--wait", action="store_true", help="show progress; fail unless the request ends done"
         )
         parser.add_argument("--timeout", type=float, metavar="S", help="give up waiting after S s")
+        parser.add_argument(
+            "--print-results", action="store_true",
+            help="with --wait: print each task's result after the id, one JSON line each "
+            '({"task": ID, "result": VALUE}, in task order)',
+        )
         add_due_options(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -57,6 +62,7 @@ class Command(BaseCommand):
             request_id=options["request_id"],
             wait=options["wait"],
             timeout=options["timeout"],
+            print_results=options["print_results"],
             due=due_from(options["due_in"], options["due_at"]),
             stdout=raw_stream(self.stdout),
             stderr=raw_stream(self.stderr),

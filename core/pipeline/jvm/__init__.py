@@ -26,6 +26,8 @@ import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..errors import PipelineError
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
@@ -35,7 +37,7 @@ JDK_HINT = "install a JDK: apt-get install openjdk-17-jdk-headless"
 ERROR_LINES = 20  # of javac's output, in a JarBuildError
 
 
-class JarBuildError(RuntimeError):
+class JarBuildError(PipelineError, RuntimeError):
     """The data source's jar could not be built (no JDK, or the sources do not compile)."""
 
 

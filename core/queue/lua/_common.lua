@@ -21,6 +21,8 @@
 --   <p>:{Q}:req:<rid>:tasks      stream the request's tasks, consumer group "g"
 --   <p>:{Q}:req:<rid>:rel        hash   task -> deliveries that did not count as attempts
 --   <p>:{Q}:req:<rid>:dead       hash   task -> id of its entry in the dead stream
+--   <p>:{Q}:req:<rid>:results    hash   task -> its handler's result (JSON), written with its
+--                                       ack (store_result()); expires with the request
 --   <p>:{Q}:tr:<prio>:<tenant>   zset   eligible requests of one tenant at one priority -> seq
 --   <p>:{Q}:state:<state>        zset   request index by state -> time of entering it
 --   <p>:{Q}:done:<rid>           channel completion announcement
@@ -40,6 +42,21 @@
 --                                       while the holder may still run the task) -> their
 --                                       old expiry; see revoke()
 --   <p>:{Q}:claimto              hash   revoked lease -> the consumer it was claimed for
+--   <p>:{Q}:req:<rid>:progress   hash   a task's last progress "<task>" -> JSON {done, total,
+--                                       msg, worker, ts}, and its last log lines
+--                                       "<task>:log" -> JSON [[ts, line], ...] (progress.lua)
+--   <p>:{Q}:req:<rid>:progress:at zset  task -> its last progress write (ms): the request
+--                                       keeps the most recent PROGRESS_TASKS tasks' entries.
+--                                       The request's field "prog" says both keys exist, so
+--                                       a completion expires them with the request
+--   <p>:{Q}:metrics:<minute>     hash   per-handler counts of one minute (minutes since the
+--                                       epoch, from the call's time), kept a day (PEXPIRE when
+--                                       a field is created): "<handler>|<i>" timed runs done in
+--                                       run-time bucket i (core/queue/metrics.py has the
+--                                       bounds), "|us" their summed run time (us), "|d" done
+--                                       untimed, "|f" dead-lettered, "|r" retried, "|fus"
+--                                       summed run time (us) of the timed failed runs; written
+--                                       by finish(), see metric()
 --
 -- Delayed requests (submit.lua with a due time): state "scheduled", hash fields "due_ms" and
 -- "due_state" (the state it takes when due: "open" until sealed, then "active"). Its tasks
@@ -78,6 +95,9 @@ local STATS  -- stats hash field -> increment
 local TRIM  -- state -> cutoff: the state index drops requests that entered it before
 local LEASE_ADD  -- ZADD arguments for `leases` (expiry, lease, ...)
 local MOVED  -- requests whose state changed: h._state0 is the index they are in
+local METRICS  -- handler -> {field suffix -> increment} for this minute's metrics hash
+local METRICS_ON  -- whether this call counts (an operation turns it off from its ARGV)
+local METRICS_TTL = '86400000'  -- a minute's hash lives a day (core/queue/metrics.py KEEP_MS)
 local EXPIRY  -- lease_ms -> the text of NOW + lease_ms, made once per call
 
 local function begin(keys)
@@ -96,6 +116,7 @@ local function begin(keys)
   K_EVENTS, K_WAKE, K_SEQ, K_STATS = keys[5], keys[6], keys[7], keys[8]
   NOW, NOW_TEXT, DISPATCH, PROMOTED, FLOOR, READY_HELD = 0, nil, false, false, -1, false
   PAUSED = nil
+  METRICS_ON = true
   -- finish() leaves these empty; a call that failed part-way may not have: start clean.
   if not REQS or next(REQS) then REQS = {} end
   if not EXPIRY or next(EXPIRY) then EXPIRY = {} end
@@ -104,6 +125,7 @@ local function begin(keys)
   if not TRIM or next(TRIM) then TRIM = {} end
   if not LEASE_ADD or next(LEASE_ADD) then LEASE_ADD = {} end
   if not MOVED or next(MOVED) then MOVED = {} end
+  if not METRICS or next(METRICS) then METRICS = {} end
 end
 
 -- Milliseconds from the caller's clock when it sends one (tests control time that way), else
@@ -134,6 +156,9 @@ local function req_key(rid) return PREFIX .. 'req:' .. rid end
 local function stream_key(rid) return PREFIX .. 'req:' .. rid .. ':tasks' end
 local function rel_key(rid) return PREFIX .. 'req:' .. rid .. ':rel' end
 local function deadmap_key(rid) return PREFIX .. 'req:' .. rid .. ':dead' end
+local function progress_key(rid) return PREFIX .. 'req:' .. rid .. ':progress' end
+local function progress_at_key(rid) return PREFIX .. 'req:' .. rid .. ':progress:at' end
+local function results_key(rid) return PREFIX .. 'req:' .. rid .. ':results' end
 local function tenant_key(slot) return PREFIX .. 'tr:' .. slot end
 local function state_key(state) return PREFIX .. 'state:' .. state end
 local function handoff_key(consumer) return PREFIX .. 'handoff:' .. consumer end
@@ -154,7 +179,8 @@ local function sched_key(prio) return K_SCHED .. ':' .. prio end
 -- max_attempts and the backoff) are read when first used.
 local LEASE = {'state', 'tenant', 'handler', 'priority', 'concurrency', 'waiting', 'retry',
                'leased', 'lease_ms'}
-local LATE = {'delayed', 'done', 'dead', 'cancelled', 'retention_ms', 'discarded', 'then', 'rel'}
+local LATE = {'delayed', 'done', 'dead', 'cancelled', 'retention_ms', 'discarded', 'then', 'rel',
+              'prog', 'res'}
 local FIELDS, IS_LATE = {}, {retention_text = true}  -- LEASE, then LATE; which are LATE
 for i = 1, #LEASE do FIELDS[i] = LEASE[i] end
 for i = 1, #LATE do
@@ -172,7 +198,7 @@ local function set_late(h, v)
   for i = 1, #LATE do
     local f = LATE[i]
     if rawget(h, f) == nil then
-      if f == 'then' or f == 'rel' then
+      if f == 'then' or f == 'rel' or f == 'prog' or f == 'res' then
         rawset(h, f, v[i])  -- text, absent from most hashes
       elseif f == 'retention_ms' then
         rawset(h, f, tonumber(v[i]))
@@ -188,7 +214,7 @@ end
 -- ones, read from its hash, each group at once.
 local REQ_META = {__index = function(h, f)
   if IS_LATE[f] then
-    if rawget(h, '_late') then return nil end  -- loaded: absent from the hash ('then', 'rel')
+    if rawget(h, '_late') then return nil end  -- loaded: absent ('then', 'rel', 'prog')
     set_late(h, redis.call('HMGET', req_key(h.id), unpack(LATE)))
     return rawget(h, f)
   end
@@ -224,7 +250,8 @@ local function load_req(rid, for_lease)
          delayed = tonumber(v[10]) or 0, done = tonumber(v[11]) or 0,
          dead = tonumber(v[12]) or 0, cancelled = tonumber(v[13]) or 0,
          retention_ms = tonumber(v[14]), retention_text = v[14],
-         discarded = tonumber(v[15]) or 0, ['then'] = v[16], rel = v[17],
+         discarded = tonumber(v[15]) or 0, ['then'] = v[16], rel = v[17], prog = v[18],
+         res = v[19],
          _late = true, _elig = false, _state0 = v[1], _dirty = false, _moved = false}
   end
   setmetatable(h, REQ_META)
@@ -256,6 +283,31 @@ local function write_rel(h, cmd, tid, v)
   if not h.rel then set_field(h, 'rel', '1') end
 end
 
+-- Results (issue 20). An ack may carry its task's result: "<lease> <json>" (a lease holds no
+-- space; the client checks the JSON and its size). split_results() takes them off the acks in
+-- place and returns index -> result, or nil when no ack has one (one plain find per ack).
+local function split_results(acks)
+  local results
+  for i = 1, #acks do
+    local a = acks[i]
+    local sp = string.find(a, ' ', 1, true)
+    if sp then
+      results = results or {}
+      results[i] = string.sub(a, sp + 1)
+      acks[i] = string.sub(a, 1, sp - 1)
+    end
+  end
+  return results
+end
+
+-- Keep the result of task tid of request h, for an accepted ack only: a redelivered task's
+-- result replaces the earlier one. The request's field "res" says the key exists, so that its
+-- completion gives it the request's expiry (maybe_complete()) and a requeue keeps it.
+local function store_result(h, tid, result)
+  redis.call('HSET', results_key(h.id), tid, result)
+  if not h.res then set_field(h, 'res', '1') end
+end
+
 -- Add d to a counter of the request (written back by finish()).
 local function add(h, f, d)
   if d ~= 0 then
@@ -267,6 +319,49 @@ end
 -- Add d to a field of the queue's stats hash (written by finish(), one HINCRBY per field).
 local function stat(f, d)
   if d ~= 0 then STATS[f] = (STATS[f] or 0) + d end
+end
+
+-- Per-handler metrics of this minute (see the header), written by finish(): one HINCRBY per
+-- handler and field for the whole call, however many tasks it finished. A timed task done,
+-- the hot path, costs its bucket's field and the time's: its count is the buckets' sum.
+local function metrics_of(handler)
+  local m = METRICS[handler]
+  if not m then
+    m = {}
+    METRICS[handler] = m
+  end
+  return m
+end
+
+-- Add n to a counter of the handler ('f' dead-lettered, 'r' retried).
+local function metric(handler, f, n)
+  if not METRICS_ON then return end
+  local m = metrics_of(handler)
+  m[f] = (m[f] or 0) + n
+end
+
+-- A task of the handler was done: its run's time as the client sent it, "<bucket>:<us>"
+-- (the bucket index is the field's name, as sent), or "-" (not timed).
+local function metric_done(handler, t)
+  if not METRICS_ON then return end
+  local m = metrics_of(handler)
+  local b, us = string.match(t, '^(%d+):(%d+)$')
+  if b then
+    m[b] = (m[b] or 0) + 1
+    m.us = (m.us or 0) + tonumber(us)
+  else
+    m.d = (m.d or 0) + 1
+  end
+end
+
+-- A failed run's time ("<bucket>:<us>" or "-"), after metric() counted its outcome.
+local function metric_failed_run(handler, t)
+  if not METRICS_ON then return end
+  local us = string.match(t, '^%d+:(%d+)$')
+  if us then
+    local m = metrics_of(handler)
+    m.fus = (m.fus or 0) + tonumber(us)
+  end
 end
 
 local function next_seq(n)
@@ -396,6 +491,19 @@ local function finish(result)
       if d ~= 0 then redis.call('HINCRBY', K_STATS, f, d) end
     end
     STATS = {}
+  end
+  if next(METRICS) then
+    local key = PREFIX .. 'metrics:' .. string.format('%d', math.floor(NOW / 60000))
+    local fresh = false
+    for handler, m in pairs(METRICS) do
+      for f, d in pairs(m) do
+        -- A field just created: maybe the key too, which then needs its TTL. A few times
+        -- per handler and minute (each field's first write), not at every call.
+        if redis.call('HINCRBY', key, handler .. '|' .. f, d) == d then fresh = true end
+      end
+    end
+    if fresh then redis.call('PEXPIRE', key, METRICS_TTL) end
+    METRICS = {}
   end
   if next(TRIM) then
     for state, cutoff in pairs(TRIM) do
@@ -627,10 +735,16 @@ local function maybe_complete(h, now)
     redis.call('PEXPIRE', rel_key(h.id), ttl)
     redis.call('PEXPIRE', deadmap_key(h.id), ttl)
   end
+  if h.prog then  -- a handler reported progress (progress.lua): kept as long as the request
+    redis.call('PEXPIRE', progress_key(h.id), ttl)
+    redis.call('PEXPIRE', progress_at_key(h.id), ttl)
+  end
   if ttl == h.retention_ms and h.retention_text then
     redis.call('PEXPIRE', req_key(h.id), h.retention_text)  -- as stored: no number to write
+    if h.res then redis.call('PEXPIRE', results_key(h.id), h.retention_text) end
   else
     redis.call('PEXPIRE', req_key(h.id), ttl)
+    if h.res then redis.call('PEXPIRE', results_key(h.id), ttl) end
   end
   -- The index forgets requests whose hash has expired: once per call (finish()).
   local cutoff = now - ttl
@@ -716,6 +830,7 @@ local function to_dead(h, tid, attempts, err, tb, worker, now)
   redis.call('HSET', deadmap_key(h.id), tid, did)
   add(h, 'dead', 1)
   stat('failed', 1)
+  metric(h.handler, 'f', 1)
   event('dead', h.id, 'task', tid, 'error', string.sub(err, 1, 200), 'worker', worker)
 end
 

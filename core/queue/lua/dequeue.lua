@@ -15,7 +15,7 @@ by priority and rotation: parked retries first (XCLAIM from
 (dispatch_idle()).
 
 KEYS[1..8] queue-level keys (see _common.lua)
-Derived:   req:<rid>, req:<rid>:tasks, req:<rid>:rel, tr:<prio>:<tenant>, state:<state>,
+Derived:   req:<rid>, req:<rid>:tasks, req:<rid>:rel, req:<rid>:results, tr:<prio>:<tenant>, state:<state>,
            done:<rid>, idle, handoff:<consumer>, delayed:<prio>, dprio, revoked, claimto
            (see _common.lua)
 
@@ -24,7 +24,13 @@ ARGV[4] lease_ms (0 = each request's own; a worker passes how soon it must be pr
 ARGV[5] idle handoff: "1" = if nothing is leased, register the consumer as idle, so that work
         arriving while it blocks on its handoff list is pushed there (see handoff() in
         _common.lua); any call with "1" first takes the consumer off the idle set
-ARGV[6..] leases to acknowledge
+ARGV[6] timings of the acks, for the handlers' metrics (see _common.lua): "" = count nothing
+        (the client turned metrics off); else one token per ack, separated by spaces, in the
+        order of the leases: "<bucket>:<us>" (the run's time) or "-" (counted, not timed).
+        Only accepted acks count.
+ARGV[7..] leases to acknowledge, each alone or "<lease> <result JSON>": an accepted ack keeps
+        the task's result with its request (req:<rid>:results; split_results() and
+        store_result() in _common.lua), a refused one keeps nothing
 
 Returns {ack_results, next_due_ms, tasks}
   ack_results  one integer per lease: 1 acked, -1 lease not held
@@ -44,8 +50,21 @@ end
 -- Acks, grouped by request: one ZMSCORE for all, then per request one XACK, one XDEL (none
 -- when the request completes) and one update of its counters, whatever the batch size.
 local acks = {}
-if #ARGV >= 6 then
-  local leases = {unpack(ARGV, 6)}
+if #ARGV >= 7 then
+  local leases = {unpack(ARGV, 7)}
+  local results = split_results(leases)
+  local timing  -- ack index -> its token, if metrics are counted
+  if ARGV[6] == '' then
+    METRICS_ON = false
+  else
+    timing = {}
+    local n = 0
+    for t in string.gmatch(ARGV[6], '%S+') do
+      n = n + 1
+      timing[n] = t
+    end
+  end
+  local times = {}  -- rid -> tokens of its accepted acks
   local scores = redis.call('ZMSCORE', K_LEASES, unpack(leases))
   local valid, seen, by_req, order = {}, {}, {}, {}
   for i, lease in ipairs(leases) do
@@ -60,8 +79,14 @@ if #ARGV >= 6 then
         tids = {}
         by_req[rid] = tids
         order[#order + 1] = rid
+        if timing then times[rid] = {} end
       end
       tids[#tids + 1] = tid
+      if results and results[i] then store_result(load_req(rid), tid, results[i]) end
+      if timing then
+        local ts = times[rid]
+        ts[#ts + 1] = timing[i] or '-'
+      end
     else
       acks[i] = -1
       if rid and not score then end_revoked(lease, now, 'holder') end
@@ -74,6 +99,9 @@ if #ARGV >= 6 then
       local h = load_req(rid)
       add(h, 'leased', -#tids)
       add(h, 'done', #tids)
+      if timing then
+        for _, t in ipairs(times[rid]) do metric_done(h.handler, t) end
+      end
       -- A request that completes here without dead letters loses its stream at once
       -- (maybe_complete()): no need to take the tasks out of it first.
       if not (completes(h) and h.dead == 0) then

@@ -9,6 +9,8 @@ Derived:   req:<rid>, req:<rid>:tasks|rel|dead, tr:<prio>:<tenant>, state:<state
 
 ARGV[1] now (ms)  ARGV[2] lease  ARGV[3] error text  ARGV[4] traceback  ARGV[5] worker
 ARGV[6] jitter in [0, 1)  ARGV[7] retry allowed (1|0)
+ARGV[8] the run's time for the handler's metrics (see _common.lua): "<bucket>:<us>", "-" (not
+        timed: counted only) or "" (count nothing; absent: "")
 
 Returns {1, outcome, attempts, delay_ms}; outcome: "delayed", "waiting", "dead" or "cancelled"
 Errors: -1 lease not held (expired, reaped, claimed, released or already finished). The fail
@@ -18,6 +20,8 @@ Errors: -1 lease not held (expired, reaped, claimed, released or already finishe
 --@include common
 
 local now, lease = now_ms(ARGV[1]), ARGV[2]
+local timing = ARGV[8] or ''
+METRICS_ON = timing ~= ''
 local rid, tid, deliv = split_lease(lease)
 local score = redis.call('ZSCORE', K_LEASES, lease)
 if not rid or not score or tonumber(score) < now then
@@ -39,6 +43,7 @@ else
   delay = math.min(h.backoff_ms * 2 ^ (attempts - 1), h.backoff_max_ms)
   delay = math.floor(delay * (0.5 + tonumber(ARGV[6]) / 2))
   stat('retried', 1)
+  metric(h.handler, 'r', 1)
   if delay <= 0 then
     to_waiting(h, tid)
     outcome = 'waiting'
@@ -49,6 +54,7 @@ else
     outcome = 'delayed'
   end
 end
+if outcome ~= 'cancelled' then metric_failed_run(h.handler, timing) end
 sync_ready(h)
 maybe_complete(h, now)
 dispatch_idle()

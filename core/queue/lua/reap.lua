@@ -12,6 +12,8 @@ Derived:   req:<rid>, req:<rid>:tasks|rel|dead, tr:<prio>:<tenant>, state:<state
            delayed:<prio>, dprio, revoked, claimto, handoff:<consumer>, idle
 
 ARGV[1] now (ms)   ARGV[2] at most this many leases (and as many revoked ones)
+ARGV[3] "0": count no handler metrics (a dead letter made here counts as the handler's failure
+        in metrics:<minute>, see _common.lua; absent: counted)
 
 Returns flat: request, task, worker, outcome ("waiting", "dead", "cancelled" or, for a revoked
 lease, "claimed") per lease
@@ -19,6 +21,7 @@ lease, "claimed") per lease
 --@include common
 
 local now, limit = now_ms(ARGV[1]), tonumber(ARGV[2])
+METRICS_ON = ARGV[3] ~= '0'
 local expired = redis.call('ZRANGEBYSCORE', K_LEASES, '-inf', '(' .. now, 'LIMIT', 0, limit)
 local out = {}
 for _, lease in ipairs(expired) do

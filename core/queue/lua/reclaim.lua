@@ -26,6 +26,8 @@ Derived:   req:<rid>, req:<rid>:tasks|rel, tr:<prio>:<tenant>, state:<state>, do
 ARGV[1] now (ms)   ARGV[2] worker   ARGV[3] its dead-after (ms; 0 = from its registry entry)
 ARGV[4] expired leases to look at   ARGV[5] offset into the expired leases
 ARGV[6] "crashed" (optional): reap its leases now, as above
+ARGV[7] "0" (optional): count no handler metrics (a dead letter made here counts as the
+        handler's failure in metrics:<minute>, see _common.lua)
 
 Returns {released, cancelled, next} (released: back to waiting or, for a revoked lease, to
 the consumer it was claimed for): next = the offset to call again with when ARGV[4]
@@ -46,6 +48,7 @@ if info then
   if ok and type(t) == 'table' then decoded = t end
 end
 local crashed = ARGV[6] == 'crashed'
+METRICS_ON = ARGV[7] ~= '0'
 local dead_after = tonumber(ARGV[3]) or 0
 if dead_after <= 0 and decoded then dead_after = tonumber(decoded.dead_after_ms) or 0 end
 if not crashed and (dead_after <= 0 or now - tonumber(beat) < dead_after) then return -7 end

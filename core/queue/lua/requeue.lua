@@ -7,7 +7,8 @@ Two forms:
 
 KEYS[1..8] queue-level keys (see _common.lua)
 KEYS[9], KEYS[10] request hash and task stream (form "request" only)
-Derived:   req:<rid>, req:<rid>:tasks|rel|dead, tr:<prio>:<tenant>, state:<state>, delayed:<prio>, dprio
+Derived:   req:<rid>, req:<rid>:tasks|rel|dead|progress|progress:at|results,
+           tr:<prio>:<tenant>, state:<state>, delayed:<prio>, dprio
 
 ARGV[1] now (ms)
 
@@ -31,9 +32,11 @@ local function revive(h, tid, dead_id)
   to_waiting(h, tid)
   if h.state == 'failed' then
     set_state(h, 'active', now)
-    for _, k in ipairs({req_key(h.id), stream_key(h.id), rel_key(h.id), deadmap_key(h.id)}) do
+    for _, k in ipairs({req_key(h.id), stream_key(h.id), rel_key(h.id), deadmap_key(h.id),
+                        progress_key(h.id), progress_at_key(h.id)}) do
       redis.call('PERSIST', k)
     end
+    if h.res then redis.call('PERSIST', results_key(h.id)) end
     redis.call('HDEL', req_key(h.id), 'finished_ms')
     event('reopened', h.id)
   end

@@ -1,5 +1,7 @@
-"""The Redis side of the mirror: one queue's `events` and `dead` streams read through a
-consumer group, gaps found, and `events` trimmed behind every group.
+"""Following a queue's `events` and `dead` streams from outside the engine (the mirror,
+core/mirror, is the follower): read through a consumer group of the follower's own, gaps
+found, and `events` trimmed behind every group. The engine's part of the mirror: the stream
+keys stay in the engine.
 
 No Django here. A batch is read, applied to the database by the caller, then acknowledged:
 what was read but not acknowledged (a crash, a database error) is read again from the group's
@@ -13,7 +15,7 @@ from typing import Any
 
 import redis
 
-from core.queue.base import QueueBase, translated
+from .base import QueueBase, translated
 
 Entry = tuple[str, dict[str, str]]
 ZERO = "0-0"

@@ -1,0 +1,97 @@
+"""Records that an application keeps beside a queue's requests: a small hash per id of one
+kind (a data job's spec, plan, chunk reports and manifest: core.pipeline.jobs), with a life of
+its own, and an index of the kind's ids by time, so that they are found without a scan. The
+engine owns their keys (`<prefix>:{Q}:<kind>:<id>` and `<prefix>:{Q}:<kind>s`, under the
+queue's hash tag): the application names a kind and an id, never a key.
+
+Plain commands, no script: a record is written by one owner at a time (the submit, then the
+job's own tasks), and each call is one command, or one pipeline where the order is all that
+matters."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .base import QueueBase, translated
+from .keys import validate_id
+
+Value = str | int | float
+
+
+def _text(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+class Records:
+    """The records of one `kind` (e.g. "datajob") of a queue."""
+
+    def __init__(self, q: QueueBase, kind: str) -> None:
+        self.kind = validate_id(kind, "record kind")
+        self._r: Any = q.redis
+        self._keys = q.keys
+
+    def _key(self, rid: str) -> str:
+        return self._keys.record(self.kind, validate_id(rid, "record id"))
+
+    def get(self, rid: str, field: str) -> str | None:
+        with translated(f"{self.kind} record"):
+            v = self._r.hget(self._key(rid), field)
+        return None if v is None else _text(v)
+
+    def get_many(self, rid: str, fields: Iterable[str]) -> dict[str, str | None]:
+        names = list(fields)
+        with translated(f"{self.kind} record"):
+            values = self._r.hmget(self._key(rid), names)
+        return {f: None if v is None else _text(v) for f, v in zip(names, values, strict=True)}
+
+    def all(self, rid: str) -> dict[str, str]:
+        """Every field of the record ({} when there is none)."""
+        with translated(f"{self.kind} record"):
+            got = self._r.hgetall(self._key(rid))
+        return {_text(k): _text(v) for k, v in got.items()}
+
+    def has(self, rid: str, field: str) -> bool:
+        with translated(f"{self.kind} record"):
+            return bool(self._r.hexists(self._key(rid), field))
+
+    def exists(self, rid: str) -> bool:
+        with translated(f"{self.kind} record"):
+            return bool(self._r.exists(self._key(rid)))
+
+    def put(self, rid: str, values: Mapping[str, Value]) -> None:
+        if values:
+            with translated(f"{self.kind} record"):
+                self._r.hset(self._key(rid), mapping=dict(values))
+
+    def put_new(self, rid: str, field: str, value: Value) -> bool:
+        """Set `field` unless the record has it; True when this call set it."""
+        with translated(f"{self.kind} record"):
+            return bool(self._r.hsetnx(self._key(rid), field, value))
+
+    def keep_for(self, rid: str, seconds: int) -> None:
+        """The record expires `seconds` from now."""
+        with translated(f"{self.kind} record"):
+            self._r.expire(self._key(rid), seconds)
+
+    def delete(self, rid: str) -> None:
+        with translated(f"{self.kind} record"):
+            self._r.delete(self._key(rid))
+
+    # -- the index by time -----------------------------------------------------------------
+
+    def index(self, rid: str, at_ms: int) -> None:
+        with translated(f"{self.kind} index"):
+            self._r.zadd(self._keys.record_index(self.kind), {validate_id(rid, "record id"):
+                                                              at_ms})
+
+    def indexed(self, start: int, stop: int) -> list[str]:
+        """Ids by rank in the index, oldest first (`stop` inclusive, as ZRANGE)."""
+        with translated(f"{self.kind} index"):
+            return [_text(v) for v in self._r.zrange(self._keys.record_index(self.kind),
+                                                     start, stop)]
+
+    def unindex_before(self, before_ms: int) -> None:
+        """Drop the index's entries older than `before_ms`."""
+        with translated(f"{self.kind} index"):
+            self._r.zremrangebyscore(self._keys.record_index(self.kind), "-inf", before_ms)
