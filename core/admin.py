@@ -26,7 +26,7 @@ from django.db import transaction
 from django.db.models import IntegerField, Model, QuerySet
 from django.http import HttpRequest, HttpResponseBadRequest
 
-from core.models import AuditEntry, BulkAction, DeadLetter, Request
+from core.models import AuditEntry, BulkAction, DeadLetter, Request, ScheduleRecord
 from core.ops import actions, audit
 from core.ops.audit import as_actor
 from core.ops.errors import OpsError
@@ -143,6 +143,17 @@ class DeadLetterAdmin(ReadOnly):
         # Letters resolved already are left out; the engine skips any requeued meanwhile.
         rows = queryset.filter(resolution="")
         _act(self, request, "requeue", _by_queue(rows, "entry_id"), actions.requeue_dead)
+
+
+@admin.register(ScheduleRecord)
+class ScheduleRecordAdmin(ReadOnly):
+    """The recurring schedules' history, as the mirror keeps it (changed only through the
+    console or `manage.py schedule`; `schedule restore` brings back what Redis lost)."""
+
+    list_display = ("name", "queue", "version", "paused", "next_run", "fired", "errors",
+                    "created_at", "updated_at", "removed_at", "removed_by")
+    list_filter = ("queue", "paused", ("removed_at", admin.EmptyFieldListFilter))
+    search_fields = ("name", "removed_by")
 
 
 @admin.register(AuditEntry)

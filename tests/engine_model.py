@@ -3,8 +3,9 @@ state of every task from Redis and compares the two (DESIGN.md §3: invariants 1
 and every counter and index the engine keeps).
 
 The model knows nothing of the Lua scripts: it keeps each task's state by the rules the engine
-promises (leases, attempts, backoff, dead letters, cancel, requeue, completion once, and the
-operator's actions: pause, delete of dead letters, claim checks, reclaim of a dead worker).
+promises (leases, attempts, backoff, dead letters, cancel, requeue, completion once, delayed
+requests and their due times, and the operator's actions: pause, delete of dead letters, claim
+checks, reclaim of a dead worker, run now of a delayed request).
 """
 
 from __future__ import annotations
@@ -65,6 +66,10 @@ class Request:
     # model, whose follow_on() the completion calls.
     then: list[str] = field(default_factory=list)
     model: QueueModel | None = field(default=None, repr=False)
+    # A delayed request (state "scheduled"): when it is due, and the state it takes then
+    # ("open" until sealed, then "active").
+    due: int = 0
+    due_state: str = ""
 
     def count(self, state: str) -> int:
         return sum(1 for t in self.tasks.values() if t.state == state)
@@ -119,6 +124,10 @@ class QueueModel:
         self.handed_ms: dict[str, int] = {}  # handed lease -> its lease length
         self.wake = False  # the wake-up token idle workers block on (a list of at most one)
         self.paused = False  # an operator paused the queue: nothing is leased, handed or woken
+        # The "~scheduled" member of `delayed`: at or before the earliest due time of a delayed
+        # request (a cancel or run now leaves it behind until a promotion moves it), None
+        # when there is no such member.
+        self.sched_mark: int | None = None
 
     # -- lookups ------------------------------------------------------------------------
 
@@ -160,12 +169,39 @@ class QueueModel:
         self.old_tokens.add(t.token)
         t.token, t.consumer, t.expiry = None, None, 0
 
+    def schedule(self, r: Request, due: int) -> bool:
+        """A request submitted with a due time still to come waits for it; returns whether
+        the mark moved earlier (the script then pushes a wake-up token, unless paused)."""
+        r.due_state, r.state, r.due = r.state, "scheduled", due
+        if self.sched_mark is not None and self.sched_mark <= due:
+            return False
+        self.sched_mark = due
+        if not self.paused:
+            self.wake = True
+        return True
+
+    def make_due(self, r: Request) -> None:
+        """A delayed request is due (its time came, or an operator's run now): it takes the
+        state it was submitted for, its tasks eligible under the usual rules."""
+        assert r.state == "scheduled"
+        r.state, r.due = r.due_state, 0
+        r.maybe_complete()
+
+    def scheduled(self) -> list[Request]:
+        return [r for r in self.requests.values() if r.state == "scheduled"]
+
     def promote(self, now: int) -> int:
-        """Retries whose backoff is over are waiting again: highest priority first, at most
-        PROMOTE_MAX per level, by due time. Every dequeue/ack call does this before leasing,
-        every other script that ends in dispatch_idle() after its own effects. Returns the
-        floor: the priority of a level that had PROMOTE_MAX due (nothing below it may be
-        leased in that call), or -1."""
+        """Due delayed requests become due (when the mark says one may be: it then follows the
+        earliest left); then retries whose backoff is over are waiting again: highest priority
+        first, at most PROMOTE_MAX per level, by due time. Every dequeue/ack call does this
+        before leasing, every other script that ends in dispatch_idle() after its own effects.
+        Returns the floor: the priority of a level that had PROMOTE_MAX due (nothing below it
+        may be leased in that call), or -1."""
+        if self.sched_mark is not None and self.sched_mark <= now:
+            for r in sorted(self.scheduled(), key=lambda r: (-r.priority, r.due, r.rid)):
+                if r.due <= now:
+                    self.make_due(r)
+            self.sched_mark = min((r.due for r in self.scheduled()), default=None)
         due: dict[int, list[tuple[int, str, Task]]] = {}
         for r in self.requests.values():
             for t in r.of_state("delayed"):
@@ -311,8 +347,9 @@ class QueueModel:
                 self.cancel(c)
 
     def cancel(self, r: Request) -> tuple[str, int, int]:
-        if r.state not in (*RUNNABLE, "held"):
+        if r.state not in (*RUNNABLE, "held", "scheduled"):
             return r.state, 0, r.count("leased")
+        r.due = 0  # out of the scheduled indexes (the mark stays where it was)
         dropped = 0
         for t in r.tasks.values():
             if t.state in ("waiting", "delayed"):
@@ -393,6 +430,10 @@ def check_queue(q: Queue, m: QueueModel) -> list[str]:
     for prio in prios:
         pipe.zrange(f"{k.delayed}:{prio}", 0, -1, withscores=True)
     pipe.zrange(f"{k.base}dprio", 0, -1, withscores=True)
+    pipe.zrange(k.scheduled, 0, -1, withscores=True)
+    for prio in prios:
+        pipe.zrange(f"{k.scheduled}:{prio}", 0, -1, withscores=True)
+    pipe.zrange(f"{k.base}sprio", 0, -1, withscores=True)
     for s in STATES:
         pipe.zrange(k.state_index(s), 0, -1)
     for prio, tenant in slots:
@@ -406,6 +447,9 @@ def check_queue(q: Queue, m: QueueModel) -> list[str]:
         next(res) for _ in range(8))
     delayed_by_prio = {prio: next(res) for prio in prios}
     dprio = next(res)
+    scheduled = next(res)
+    scheduled_by_prio = {prio: next(res) for prio in prios}
+    sprio = next(res)
     state_index = {s: set(next(res)) for s in STATES}
     tenant_ready = {slot: set(next(res)) for slot in slots}
     per_req = [(req, next(res), next(res), next(res)) for req in reqs]
@@ -430,6 +474,8 @@ def check_queue(q: Queue, m: QueueModel) -> list[str]:
     want_claimto = {t.revoked: t.claim_to for _, t in m.leased() if t.revoked and t.claim_to}
     assert claimto == want_claimto, "claimto"
     want_delayed = {f"{req.rid}/{t.tid}": t.due for req in reqs for t in req.of_state("delayed")}
+    if m.sched_mark is not None:
+        want_delayed["~scheduled"] = m.sched_mark
     assert {mem: int(s) for mem, s in delayed} == want_delayed, "delayed index"
     # The same per priority (promotion walks them highest first), and the priorities that
     # have any, scored 99 - priority.
@@ -439,6 +485,18 @@ def check_queue(q: Queue, m: QueueModel) -> list[str]:
         assert {mem: int(s) for mem, s in got} == want_p, f"delayed index of priority {prio}"
     want_dprio = {str(req.priority): 99 - req.priority for req in reqs if req.count("delayed")}
     assert {mem: int(s) for mem, s in dprio} == want_dprio, "dprio index"
+
+    # Delayed requests: exactly the scheduled ones with their due times, in the queue-wide
+    # index and their priority's, and the priorities that have any, scored 99 - priority.
+    sched = m.scheduled()
+    assert {mem: int(s) for mem, s in scheduled} == {r.rid: r.due for r in sched}, "scheduled"
+    for prio, got in scheduled_by_prio.items():
+        assert {mem: int(s) for mem, s in got} == {
+            r.rid: r.due for r in sched if r.priority == prio}, f"scheduled:{prio}"
+    assert {mem: int(s) for mem, s in sprio} == {str(r.priority): 99 - r.priority
+                                                 for r in sched}, "sprio index"
+    if sched:
+        assert m.sched_mark is not None and m.sched_mark <= min(r.due for r in sched), "mark"
 
     # Dead letter stream: exactly the dead tasks.
     want_dead = {t.dead_id: (req.rid, t.tid) for req in reqs for t in req.of_state("dead")}
@@ -450,6 +508,10 @@ def check_queue(q: Queue, m: QueueModel) -> list[str]:
         assert h["state"] == req.state, f"{rid}: state {h['state']}, model {req.state}"
         assert (int(h["priority"]), h["tenant"], int(h["concurrency"])) == (
             req.priority, req.tenant, req.concurrency)
+        if req.state == "scheduled":
+            assert (int(h["due_ms"]), h["due_state"]) == (req.due, req.due_state), (
+                f"{rid}: due {h.get('due_ms')} {h.get('due_state')}, model {req.due} "
+                f"{req.due_state}")
         if exists:
             entries_raw, groups, pel = streams[rid]
             entries = [eid for eid, _ in entries_raw]
@@ -489,9 +551,10 @@ def check_queue(q: Queue, m: QueueModel) -> list[str]:
 
     # Per-priority waiting totals and cumulative counters.
     for prio in {req.priority for req in reqs}:
-        # A held follow-up's tasks are waiting but not work that can run: not counted here.
+        # A held follow-up's or delayed request's tasks are waiting but not work that can run
+        # (yet): not counted here.
         want_w = sum(req.count("waiting") for req in reqs
-                     if req.priority == prio and req.state != "held")
+                     if req.priority == prio and req.state not in ("held", "scheduled"))
         assert int(stats.get(f"w:{prio}", 0)) == want_w, f"stats w:{prio}"
     assert int(stats.get("submitted", 0)) == sum(len(req.tasks) for req in reqs), "submitted"
     assert int(stats.get("done", 0)) == m.stats["done"], "stats done"

@@ -112,3 +112,31 @@ def test_a_viewer_may_not_act(viewer: Client, nightly: Schedules) -> None:
     assert viewer.get("/schedules/default/nightly/run-now/").status_code == 405
     assert viewer.get("/schedules/default/nope/pause/").status_code == 405
     assert viewer.get("/schedules/default/nightly/explode/").status_code == 404
+
+
+def test_the_page_says_when_each_was_created_and_keeps_the_removed_ones(
+        admin: Client, nightly: Schedules) -> None:
+    from core.mirror.schedules import mirror_schedules
+
+    nightly.upsert(Schedule(name="poll", queue="default", every_s=600, handler="echo",
+                            tasks=[{}]))
+    page = text(admin.get("/schedules/"))
+    created = [c.split("</span>")[0] for c in page.split("data-created>")[1:]]
+    assert len(created) == 2 and all(c.startswith("created <time") and "just now" in c
+                                     for c in created)
+    assert "Removed schedules" not in page
+    mirror_schedules(nightly.q)
+    admin.post("/schedules/default/nightly/delete/", {"confirm": "yes"})  # by an admin
+    nightly.remove("poll")  # as if Redis lost it
+    mirror_schedules(nightly.q)
+    page = text(admin.get("/schedules/"))
+    assert "Removed schedules" in page
+    assert 'data-removed="nightly"' in page and "At 02:30" in page
+    nightly_row = page[page.index('data-removed="nightly"'):].split("</tr>")[0]
+    assert "by ada" in nightly_row
+    poll_row = page[page.index('data-removed="poll"'):].split("</tr>")[0]
+    assert "lost from Redis" in poll_row and "Every 10m" in poll_row
+    # The polled fragment leaves the history out.
+    polled = text(admin.get("/schedules/", headers={"HX-Request": "true",
+                                                     "HX-Target": "live"}))
+    assert "Removed schedules" not in polled

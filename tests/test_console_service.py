@@ -13,6 +13,7 @@ from django.test import Client
 
 from core.queue import Queue
 from core.redis_server import free_port
+from core.schedule.store import Schedules
 from tests.console_fixtures import Seeded, console, groups, seeded, viewer  # noqa: F401
 
 pytestmark = pytest.mark.django_db
@@ -38,6 +39,45 @@ def test_metrics_needs_the_bearer_token(client: Client, seeded: Seeded, settings
     assert 'queueadmin_requests{queue="default",state="active"} 1.0' in text
     assert 'queueadmin_tasks_total{outcome="submitted",queue="default"} 6.0' in text
     assert "queueadmin_redis_up 1.0" in text
+
+
+def test_metrics_count_delayed_requests_and_schedules(client: Client, console: Queue,
+                                                      settings: Any) -> None:
+    """Delayed requests per queue (and those due within the hour), and the recurring
+    schedules per queue: active, paused, ended."""
+    from core.conf import get_queue
+    from core.schedule.api import declare, every
+
+    settings.METRICS_TOKEN = "t"
+    console.submit([1], handler="echo", delay=600)
+    console.submit([1], handler="echo", delay=3 * 3600)
+    console.submit([1], handler="echo", delay=5, request_id="soon")
+    console.submit([1], handler="echo")  # not delayed
+    now = console.now_ms()
+    declare(console, every("a", "1h", handler="echo", tasks=[{}]),
+            every("b", "10m", handler="echo", tasks=[{}]),
+            every("c", "1h", handler="echo", tasks=[{}]),
+            every("over", "1h", handler="echo", tasks=[{}], start_ms=now - 7_200_000,
+                  end_ms=now - 3_600_000))
+    Schedules(console).pause("c")
+    declare(get_queue("other"), every("x", "1h", handler="echo", tasks=[{}]))
+
+    text = client.get("/metrics", headers={"Authorization": "Bearer t"}).content.decode()
+    assert 'queueadmin_scheduled_requests{queue="default"} 3.0' in text
+    assert 'queueadmin_requests{queue="default",state="scheduled"} 3.0' in text
+    assert 'queueadmin_scheduled_due_next_hour{queue="default"} 2.0' in text
+    assert 'queueadmin_scheduled_requests{queue="other"} 0.0' in text
+    assert 'queueadmin_schedules{queue="default",status="active"} 2.0' in text
+    assert 'queueadmin_schedules{queue="default",status="paused"} 1.0' in text
+    assert 'queueadmin_schedules{queue="default",status="ended"} 1.0' in text
+    assert 'queueadmin_schedules{queue="other",status="active"} 1.0' in text
+    assert 'queueadmin_schedules{queue="other",status="paused"} 0.0' in text
+    # Run now: the request is due, no longer counted.
+    rid = Schedules(console).run_now("a")
+    assert console.state(rid) == "active"
+    assert console.run_now("soon") == ("active", True)
+    text = client.get("/metrics", headers={"Authorization": "Bearer t"}).content.decode()
+    assert 'queueadmin_scheduled_requests{queue="default"} 2.0' in text
 
 
 def test_metrics_says_redis_is_down(client: Client, console: Queue, settings: Any) -> None:

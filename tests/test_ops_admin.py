@@ -97,3 +97,23 @@ def test_createuser_admin_role_gets_the_admin_group_and_the_admin() -> None:
     otto = User.objects.get(username="otto")
     assert not otto.is_staff and otto.has_perm("core.requeue_deadletter")
     assert not otto.has_perm("core.pause_queue")
+
+
+def test_an_admin_reads_the_schedules_history_in_the_admin_and_changes_nothing(
+        q: Queue) -> None:
+    from core.mirror.schedules import mirror_schedules
+    from core.models import ScheduleRecord
+    from core.schedule.api import declare, every
+
+    declare(q, every("poll", "10m", handler="h", tasks=[{}]))
+    mirror_schedules(q)
+    rec = ScheduleRecord.objects.get(name="poll")
+    ensure_roles()
+    call_command("createuser", "ada", "--role", "admin", stdout=io.StringIO())
+    c = logged_in(User.objects.get(username="ada"))
+    listing = c.get("/admin/core/schedulerecord/")
+    assert listing.status_code == 200 and "poll" in listing.content.decode()
+    assert c.get("/admin/core/schedulerecord/add/").status_code == 403
+    c.post(f"/admin/core/schedulerecord/{rec.pk}/change/", {"name": "other"})
+    rec.refresh_from_db()
+    assert rec.name == "poll"

@@ -5,11 +5,13 @@ ack+dequeue, ack of live and stale leases, fail, clock, reap, extend, release, c
 requeue, claim, operator release; the operator actions of issue 8: pause/resume, delete of
 dead letters, claim/release checked against the holder and idle time shown, reclaim of a
 dead worker's leases; idle workers handed work, blocked while other steps run;
-a worker serving both queues; retries of several priorities due at once) against a
-reference model (tests/engine_model.py). After every step each task's true state is rebuilt
-from Redis (stream, consumer group, PEL, lease and retry indexes) and compared with the
-model: nothing lost or in two states, concurrency kept, counters, indexes and the wake-up
-token true, priority respected, each completion recorded once.
+a worker serving both queues; retries of several priorities due at once; delayed requests
+of issue 19, submitted with run_at or delay, made due by time or an operator's run now, or
+cancelled) against a reference model (tests/engine_model.py). After every step each task's
+true state is rebuilt from Redis (stream, consumer group, PEL, lease, retry and scheduled
+indexes) and compared with the model: nothing lost or in two states, concurrency kept,
+counters, indexes and the wake-up token true, priority respected, each completion recorded
+once.
 Deterministic tests below cover fair share and priority order across batches.
 """
 
@@ -23,6 +25,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -63,6 +66,9 @@ from tests.engine_model import (
 )
 
 RIDS = ("r0", "r1", "r2", "r3")
+DELAYED_RIDS = ("d0", "d1", "r0")  # delayed requests; an id in use is an idempotent submit
+DELAYS = (-50, 0, 1, 50, 300, 1000, 2500, 10_000, 60_000)  # ms from now
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 TENANTS = ("ta", "tb", "tc")
 PRIORITIES = (10, 50, 90)
 CONSUMERS = ("c0", "c1", "c2")
@@ -312,11 +318,18 @@ class QueueMachine(RuleBasedStateMachine):
 
     # -- producing ----------------------------------------------------------------------
 
-    @initialize(first=st.lists(SUBMIT, min_size=2, max_size=4))
-    def start(self, first: list[dict[str, Any]]) -> None:
-        """Some work from the first step, and the refusals for an unknown request."""
+    @initialize(first=st.lists(SUBMIT, min_size=2, max_size=4),
+                delayed=st.lists(st.tuples(SUBMIT, st.sampled_from(DELAYED_RIDS),
+                                           st.sampled_from(DELAYS), st.booleans()),
+                                 max_size=2))
+    def start(self, first: list[dict[str, Any]],
+              delayed: list[tuple[dict[str, Any], str, int, bool]]) -> None:
+        """Some work from the first step (some of it maybe delayed), and the refusals for an
+        unknown request."""
         for args in first:
             self.submit(args)
+        for args, rid, ms, at in delayed:
+            self.submit_delayed(args, rid, ms, at)
         rid = "nosuch"
         for q in self.queues:
             calls: list[tuple[Any, ...]] = [(q.add, rid, [1]), (q.seal, rid), (q.cancel, rid),
@@ -331,29 +344,95 @@ class QueueMachine(RuleBasedStateMachine):
             assert not self.client.exists(q.keys.request("child"), q.keys.tasks("child"))
 
     @rule(args=SUBMIT)
-    def submit(self, args: dict[str, Any]) -> None:
-        """Sealed submit, or open (with or without first tasks); a known id is idempotent."""
+    def submit(self, args: dict[str, Any], due: dict[str, Any] | None = None) -> None:
+        """Sealed submit, or open (with or without first tasks); a known id is idempotent.
+        With `due` (run_at or delay): a time still to come makes it a delayed request."""
         qi, rid, n, seal = args["qi"], args["rid"], args["n"], args["seal"]
         opts = {k: args[k] for k in ("priority", "tenant", "concurrency", "max_attempts",
                                      "lease_ms", "backoff_ms", "backoff_max_ms")}
         q, m = self.queues[qi], self.models[qi]
         n = max(n, 1) if seal else n
         payloads = self._payloads(rid, n)
+        due = due or {}
         before = self._script_start(qi)
         if n == 0:
-            res = q.open(request_id=rid, **opts, handler="echo")
+            res = q.open(request_id=rid, **opts, handler="echo", **due)
         else:
-            res = q.submit(payloads, request_id=rid, seal=seal, **opts, handler="echo")
+            res = q.submit(payloads, request_id=rid, seal=seal, **opts, handler="echo", **due)
         existing = m.requests.get(rid)
         if existing:
-            assert res == Submitted(rid, False, existing.state, len(existing.tasks))
+            assert res == Submitted(rid, False, existing.state, len(existing.tasks),
+                                    existing.due if existing.state == "scheduled" else 0)
             return
         req = Request(rid, **opts, state="active" if seal else "open", model=m)
         m.requests[rid] = req
         self._learn(qi, req, payloads)
+        due_ms = self._due_ms(due)
+        if due_ms > self.now:
+            # Waits for its time: no promotion, no handoff; a token if the mark moved earlier.
+            m.schedule(req, due_ms)
+            self._discover_handoffs(qi)
+            self._settle_wake(qi)
+            assert res == Submitted(rid, True, "scheduled", n, due_ms)
+            return
         m.promote(self.now)  # every script ending in dispatch_idle() promotes due retries
         self._script_end(qi, before)
         assert res == Submitted(rid, True, req.state, n)
+
+    def _due_ms(self, due: dict[str, Any]) -> int:
+        """The due time a submit's run_at or delay means now (0: none)."""
+        if "run_at" in due:
+            return (due["run_at"] - EPOCH) // timedelta(milliseconds=1)
+        if "delay" in due:
+            return self.now + due["delay"] // timedelta(milliseconds=1)
+        return 0
+
+    @rule(args=SUBMIT, rid=st.sampled_from(DELAYED_RIDS), ms=st.sampled_from(DELAYS),
+          at=st.booleans(), then=st.sampled_from(["", "", "run now", "cancel", "due", "due-1"]))
+    def submit_delayed(self, args: dict[str, Any], rid: str, ms: int, at: bool,
+                       then: str = "") -> None:
+        """A delayed request: due in `ms` (delay=, on the engine's clock) or at that time
+        (run_at=); 0 or a time past runs now. Its tasks wait, not eligible nor counted as
+        waiting work, until a promoting script finds it due (or run now); it can be added to
+        while open, sealed, cancelled; a known id is idempotent. Then maybe an operator runs
+        it now or cancels it, or time moves to its due time (or 1 ms before) and a worker
+        asks for work: the promotion it runs makes it due (or not yet)."""
+        due = ({"run_at": EPOCH + timedelta(milliseconds=self.now + ms)} if at
+               else {"delay": timedelta(milliseconds=max(ms, 0))})
+        self.submit({**args, "rid": rid}, due)
+        qi = args["qi"]
+        req = self.models[qi].requests[rid]
+        if req.state != "scheduled" or not then:
+            return
+        if then.startswith("due"):
+            self.clock.advance(req.due - self.now - (then == "due-1"))
+            self._dequeue(qi, "c0", 2, [])
+            assert (req.state == "scheduled") is (then == "due-1"), "promoted at its due time"
+        else:
+            self._run_now_or_cancel(qi, req, then)
+
+    @precondition(lambda self: any(m.scheduled() for m in self.models))
+    @rule(data=st.data(), op=st.sampled_from(["run now", "run now", "cancel"]))
+    def run_now_or_cancel(self, data: st.DataObject, op: str) -> None:
+        """An operator's run now of a delayed request (its tasks eligible at once, under the
+        usual priorities; a request that is not delayed is left as it is), or its cancel
+        (nothing of it runs; it leaves the scheduled indexes)."""
+        qi, req = self._pick_request(data, lambda r: r.state == "scheduled")
+        self._run_now_or_cancel(qi, req, op)
+
+    def _run_now_or_cancel(self, qi: int, req: Request, op: str) -> None:
+        q, m = self.queues[qi], self.models[qi]
+        if op == "cancel":
+            self._cancel(qi, req)
+            return
+        if req.state != "scheduled":
+            assert q.run_now(req.rid) == (req.state, False)
+            return
+        before = self._script_start(qi)
+        m.make_due(req)
+        m.promote(self.now)
+        assert q.run_now(req.rid) == (req.state, True)
+        self._script_end(qi, before)
 
     @precondition(_any_request)
     @rule(data=st.data(), args=SUBMIT, cancel=st.booleans())
@@ -395,10 +474,13 @@ class QueueMachine(RuleBasedStateMachine):
     def add_and_seal(self, data: st.DataObject, n: int, seal: bool) -> None:
         """Streamed fan-out: add tasks to an open request (refused once sealed), then maybe
         seal it (sealing again changes nothing)."""
-        qi, req = self._pick_request(data, lambda r: r.state == "open")
+        qi, req = self._pick_request(data, lambda r: r.state == "open" or (
+            r.state == "scheduled" and r.due_state == "open"))
         q = self.queues[qi]
         payloads = self._payloads(req.rid, n)
-        if payloads and req.state != "open":
+        # A delayed request not sealed yet takes tasks too: they wait for its due time.
+        takes = req.state == "open" or (req.state == "scheduled" and req.due_state == "open")
+        if payloads and not takes:
             with pytest.raises(RequestSealed):
                 q.add(req.rid, payloads)
         elif payloads:
@@ -412,6 +494,8 @@ class QueueMachine(RuleBasedStateMachine):
             if req.state == "open":
                 req.state = "active"
                 req.maybe_complete()
+            elif req.state == "scheduled":  # sealed for when it is due: active then
+                req.due_state = "active"
             assert q.seal(req.rid) == req.state
 
     # -- consuming ----------------------------------------------------------------------
@@ -475,6 +559,7 @@ class QueueMachine(RuleBasedStateMachine):
         self._check_handoffs(qi, handed)
         if next_due is not None:
             dues = [t.due for r in m.requests.values() for t in r.of_state("delayed")]
+            dues += [m.sched_mark] if m.sched_mark is not None else []
             want_due = -1 if every or not dues else max(0, min(dues) - now)
             assert next_due == want_due, "next_due_ms"
         # The wake-up token, after the handoff step: there exactly when work is left, if the
@@ -829,6 +914,8 @@ class QueueMachine(RuleBasedStateMachine):
                  for d in (0, 1)}
         edges |= {t.due - self.now + d for m in self.models for r in m.requests.values()
                   for t in r.of_state("delayed") for d in (-1, 0)}
+        edges |= {r.due - self.now + d for m in self.models for r in m.scheduled()
+                  for d in (-1, 0)}
         steps = sorted(e for e in edges if e > 0)
         fixed = st.sampled_from([1, 50, 150, 600, 2000])
         at_edge = steps and data.draw(st.integers(0, 2), label="to an edge?")

@@ -1,5 +1,5 @@
-"""`manage.py schedule add|list|show|pause|resume|remove|run-now`: recurring schedules at the
-command line, through the same service layer (permissions, audit) and the same validation
+"""`manage.py schedule add|list|show|pause|resume|remove|run-now|restore`: recurring schedules
+at the command line, through the same service layer (permissions, audit) and the same validation
 as the console."""
 
 from __future__ import annotations
@@ -151,3 +151,24 @@ def change(action: str, name: str, *, queue: str | None, out: TextIO,
                    "remove": "did not exist"}[action]
         out.write(f"schedule {name} {already}; nothing done\n")
     return result
+
+
+def restore(*, queue: str | None, dry_run: bool, out: TextIO,
+            actor: Actor | None = None) -> list[ops.Restored]:
+    """Declare again, from the database, the schedules Redis lost (never one that exists)."""
+    actor = actor or os_actor()
+    with ops_errors("schedule restore"):
+        audit.require_log()
+        done = ops.restore(actor, queue=queue, dry_run=dry_run)
+    where = f"queue {queue}" if queue else "any queue"
+    if not done:
+        out.write(f"nothing to restore: every schedule of {where} that the database knows "
+                  "and no operator removed is in Redis\n")
+        return done
+    for r in done:
+        paused = " (paused, as it was)" if r.paused else ""
+        note = f": {r.note}" if r.note else ""
+        out.write(f"{r.status} schedule {r.name} in queue {r.queue}{paused}{note}\n")
+    if dry_run:
+        out.write(f"dry run: {len(done)} schedule(s) would be restored; nothing done\n")
+    return done

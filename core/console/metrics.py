@@ -16,11 +16,18 @@ from prometheus_client.registry import Collector
 
 from core.conf import get_queue
 from core.models import HandlerTotal
-from core.queue import RedisReplyError, RedisUnavailable
+from core.queue import Queue, RedisReplyError, RedisUnavailable
 from core.queue.metrics import BUCKETS_MS, NBUCKETS
+from core.schedule.store import Schedules
 
-from .aggregates import summary
+from .aggregates import cached, summary
 from .queues import queue_names
+
+
+def schedule_counts(queue: Queue) -> dict[str, int]:
+    """The queue's recurring schedules by status: active, paused, ended (cached as the
+    summaries are)."""
+    return cached(f"schedules|{queue.keys.prefix}|{queue.name}", lambda: Schedules(queue).counts())
 
 
 class QueueCollector(Collector):
@@ -41,11 +48,27 @@ class QueueCollector(Collector):
                                     labels=["queue", "state"])
         totals = CounterMetricFamily("queueadmin_tasks", "Tasks counted since the queue began",
                                      labels=["queue", "outcome"])
+        scheduled = GaugeMetricFamily("queueadmin_scheduled_requests",
+                                      "Delayed requests waiting for their due time",
+                                      labels=["queue"])
+        due_soon = GaugeMetricFamily("queueadmin_scheduled_due_next_hour",
+                                     "Delayed requests due within the hour (or overdue)",
+                                     labels=["queue"])
+        schedules = GaugeMetricFamily("queueadmin_schedules",
+                                      "Recurring schedules by status (active, paused, ended)",
+                                      labels=["queue", "status"])
         ok = 1
         try:
-            summaries = [summary(get_queue(name)) for name in queue_names()]
+            queues = [get_queue(name) for name in queue_names()]
+            summaries = [summary(q) for q in queues]
+            counts = [schedule_counts(q) for q in queues]
         except (RedisUnavailable, RedisReplyError):
-            ok, summaries = 0, []
+            ok, summaries, counts = 0, [], []
+        for s, by_status in zip(summaries, counts, strict=True):
+            scheduled.add_metric([s.name], s.stats.scheduled)
+            due_soon.add_metric([s.name], s.stats.due_next_hour)
+            for status, n in by_status.items():
+                schedules.add_metric([s.name, status], n)
         for s in summaries:
             name = s.name
             for prio, n in s.stats.waiting_by_priority.items():
@@ -61,7 +84,8 @@ class QueueCollector(Collector):
             for outcome in ("submitted", "done", "failed", "retried"):
                 totals.add_metric([name, outcome], s.stats.totals.get(outcome, 0))
         up.add_metric([], ok)
-        yield from (up, waiting, leased, expired, delayed, dead, requests, workers, totals)
+        yield from (up, waiting, leased, expired, delayed, dead, requests, workers, totals,
+                    scheduled, due_soon, schedules)
 
 
 class HandlerCollector(Collector):

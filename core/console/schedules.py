@@ -1,6 +1,7 @@
 """The Schedules page's form and rows: a form's text fields to a Schedule (validated as the
 CLI's are: Schedule.validated()), a schedule back to fields for editing, and each row's next
-runs and last runs with their requests' outcomes."""
+runs and last runs with their requests' outcomes; the schedules gone from Redis, from the
+database mirror."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from core.models import ScheduleRecord
+from core.queue import InvalidInput
 from core.schedule.spec import (
     InvalidSchedule,
     Schedule,
@@ -25,6 +28,7 @@ FIELDS = ("name", "kind", "handler", "tasks", "job", "timing", "cron", "tz", "ev
           "max_attempts", "description")
 INT_OPTIONS = ("priority", "concurrency", "max_attempts")
 RUNS_SHOWN = 5
+REMOVED_SHOWN = 20
 
 
 def blank() -> dict[str, str]:
@@ -147,3 +151,22 @@ def preview(form: dict[str, str], queue: str, now_ms: int, n: int = 5) -> tuple[
     """The words and next `n` runs of a form's schedule (InvalidSchedule if it is not one)."""
     s = from_form(form, queue)
     return s.describe(), [slot_time(x, s.tz) for x in s.upcoming(now_ms, n)]
+
+
+@dataclass(frozen=True)
+class RemovedRow:
+    row: ScheduleRecord
+    words: str
+
+
+def removed(queue: str, limit: int = REMOVED_SHOWN) -> list[RemovedRow]:
+    """The queue's schedules gone from Redis, as the mirror last saw them, newest first."""
+    out = []
+    rows = ScheduleRecord.objects.filter(queue=queue, removed_at__isnull=False)
+    for r in rows.order_by("-removed_at")[:limit]:
+        try:
+            words = Schedule(**{**r.definition, "queue": r.queue, "name": r.name}).describe()
+        except (TypeError, ValueError, InvalidInput):  # a definition this version cannot read
+            words = "?"
+        out.append(RemovedRow(r, words))
+    return out

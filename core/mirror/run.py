@@ -25,6 +25,7 @@ from core.queue.follow import Batch, Streams
 from . import metrics
 from .apply import apply_batch, reconcile, refresh
 from .samples import SAMPLE_EVERY_S, prune, sample
+from .schedules import mirror_schedules
 
 log = logging.getLogger("queueadmin.mirror")
 
@@ -107,15 +108,16 @@ class Follower:
                     "indexes", self.q.name, self.config.group, why, n)
 
     def housekeeping(self, now: float, *, force: bool = False) -> None:
-        """Trim `events`, sample the counters, refresh rows of unfinished requests, roll the
-        handlers' metrics and prune old samples and metrics, each when due (all of them with
-        force)."""
+        """Trim `events`, sample the counters, mirror the schedules, refresh rows of unfinished
+        requests, roll the handlers' metrics and prune old samples and metrics, each when due
+        (all of them with force)."""
         # Each is due again only once it has worked: a failure is retried at the next pass.
         if force or now >= self.next_trim:
             self.streams.trim()
             self.next_trim = now + TRIM_EVERY_S
         if force or now >= self.next_sample:
             sample(self.q)
+            mirror_schedules(self.q)
             _, self.refresh_after = refresh(self.q, after_pk=self.refresh_after,
                                             limit=REFRESH_ROWS)
             self.next_sample = now + self.config.sample_every_s

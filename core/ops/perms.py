@@ -10,7 +10,7 @@
 | pause_queue          | pause, resume                      | admin           |
 | submit_datajob       | the Data jobs page's submit form   | operator admin  |
 | run_schedule         | a schedule's run now, pause, resume | operator admin |
-| change_schedule      | create, edit, delete a schedule    | admin           |
+| change_schedule      | create, edit, delete, restore a schedule | admin     |
 | control_worker       | a worker's quiet, stop, resume     | admin           |
 
 The admin group also sees django-axes' failed logins and login log in the Django admin and
@@ -44,6 +44,7 @@ NEEDS = {
     "schedule-run-now": "schedule_run", "schedule-pause": "schedule_run",
     "schedule-resume": "schedule_run", "schedule-add": "schedule_change",
     "schedule-edit": "schedule_change", "schedule-remove": "schedule_change",
+    "schedule-restore": "schedule_change",
     "worker-quiet": "control", "worker-stop": "control", "worker-resume": "control",
 }
 # The roles' groups, as migration 0004 grants them (codenames of app core).
@@ -54,7 +55,7 @@ GROUPS = {
     "admin": ["view_console", "requeue_deadletter", "cancel_request", "claim_task",
               "delete_deadletter", "pause_queue", "view_request", "view_deadletter",
               "view_auditentry", "view_bulkaction", "submit_datajob",
-              "run_schedule", "change_schedule", "control_worker"],
+              "run_schedule", "change_schedule", "control_worker", "view_schedulerecord"],
 }
 
 

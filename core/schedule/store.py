@@ -84,6 +84,14 @@ class ScheduleState:
     def name(self) -> str:
         return self.schedule.name
 
+    @property
+    def head(self) -> ScheduleHead:
+        return ScheduleHead(
+            name=self.name, version=self.version, next_ms=self.next_ms, paused=self.paused,
+            paused_by=self.paused_by, pending=self.pending is not None,
+            last_slot=self.last_slot, fired=self.fired, skipped=self.skipped,
+            errors=self.errors, created_ms=self.created_ms, updated_ms=self.updated_ms)
+
     @classmethod
     def from_hash(cls, h: dict[str, str]) -> ScheduleState:
         def num(key: str) -> int | None:
@@ -98,6 +106,36 @@ class ScheduleState:
             skipped=num("skipped") or 0, errors=num("errors") or 0,
             created_ms=num("created_ms") or 0, updated_ms=num("updated_ms") or 0,
         )
+
+
+@dataclass(frozen=True)
+class ScheduleHead:
+    """What changes as a schedule is edited, paused and fired, without its definition: the
+    mirror compares it with its rows, /metrics counts it."""
+
+    name: str
+    version: int
+    next_ms: int | None
+    paused: bool
+    paused_by: str
+    pending: bool  # a claimed slot not confirmed submitted yet
+    last_slot: int | None
+    fired: int
+    skipped: int
+    errors: int
+    created_ms: int
+    updated_ms: int
+
+    @property
+    def status(self) -> str:
+        """active (it has a slot to come), paused, or ended (no slot left)."""
+        if self.paused:
+            return "paused"
+        return "active" if self.next_ms is not None or self.pending else "ended"
+
+
+HEAD_FIELDS = ("version", "next", "paused", "paused_by", "pending", "last_slot", "fired",
+               "skipped", "errors", "created_ms", "updated_ms")
 
 
 @dataclass(frozen=True)
@@ -194,6 +232,52 @@ class Schedules:
                 pipe.hgetall(self.keys.schedule(n))
             rows = pipe.execute()
         return [ScheduleState.from_hash(h) for h in rows if h.get("spec")]
+
+    def heads(self) -> dict[str, ScheduleHead]:
+        """Every schedule's ScheduleHead by name (two round trips, a few fields each)."""
+        names = self.names()
+        if not names:
+            return {}
+        with translated("schedule list"):
+            pipe = self.redis.pipeline(transaction=False)
+            for n in names:
+                pipe.hmget(self.keys.schedule(n), *HEAD_FIELDS)
+            rows = pipe.execute()
+
+        def num(v: str | None) -> int | None:
+            return int(v) if v else None
+
+        out = {}
+        for n, row in zip(names, rows, strict=True):
+            f = dict(zip(HEAD_FIELDS, row, strict=True))
+            if f["version"] is None:  # removed between the two reads
+                continue
+            out[n] = ScheduleHead(
+                name=n, version=int(f["version"]), next_ms=num(f["next"]),
+                paused=f["paused"] is not None, paused_by=f["paused_by"] or "",
+                pending=bool(f["pending"]), last_slot=num(f["last_slot"]),
+                fired=num(f["fired"]) or 0, skipped=num(f["skipped"]) or 0,
+                errors=num(f["errors"]) or 0, created_ms=num(f["created_ms"]) or 0,
+                updated_ms=num(f["updated_ms"]) or 0)
+        return out
+
+    def specs(self, names: list[str]) -> dict[str, str]:
+        """The definitions (JSON text, as stored) of the schedules `names` that exist."""
+        if not names:
+            return {}
+        with translated("schedule read"):
+            pipe = self.redis.pipeline(transaction=False)
+            for n in names:
+                pipe.hget(self.keys.schedule(n), "spec")
+            rows = pipe.execute()
+        return {n: spec for n, spec in zip(names, rows, strict=True) if spec}
+
+    def counts(self) -> dict[str, int]:
+        """How many schedules are active, paused and ended."""
+        out = dict.fromkeys(("active", "paused", "ended"), 0)
+        for h in self.heads().values():
+            out[h.status] += 1
+        return out
 
     def runs(self, name: str, count: int = 20) -> list[Run]:
         """The schedule's last runs, newest first."""

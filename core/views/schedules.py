@@ -25,7 +25,7 @@ from core.queue.keys import validate_id
 from core.schedule.spec import MISSED, OVERLAP, InvalidSchedule
 from core.schedule.store import Schedules
 
-from .common import PERMISSION, console_page, page
+from .common import PERMISSION, console_page, page, polled
 
 ACTIONS = ("run-now", "pause", "resume", "delete")
 CHANGE = "core.change_schedule"
@@ -41,6 +41,8 @@ def _context(queue: Queue, **extra: Any) -> dict[str, Any]:
 def schedule_list(request: HttpRequest) -> HttpResponse:
     queue = queue_from(request)
     context = _context(queue, form=forms.blank(), editing=None)
+    if not polled(request):  # the polled fragment leaves the history out
+        context["removed"] = forms.removed(queue.name)
     return page(request, "core/schedules.html", queue, context, nav="schedules")
 
 

@@ -1,8 +1,9 @@
-"""`manage.py schedule add|list|show|pause|resume|remove|run-now`: recurring schedules.
+"""`manage.py schedule add|list|show|pause|resume|remove|run-now|restore`: recurring schedules.
 
     manage.py schedule add nightly --cron "30 2 * * *" --tz Europe/Berlin \\
         --handler aggregate '{"day": "yesterday"}'
     manage.py schedule add poll --every 10m --handler poll '{}'
+    manage.py schedule restore --dry-run     # after Redis lost its data: what comes back
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ class IntermixedParser(CommandParser):
 
 
 class Command(BaseCommand):
-    help = ("Recurring schedules: add, list, show, pause, resume, remove, run-now. Changes are "
-            "audited with the OS user (or --as) as the actor.")
+    help = ("Recurring schedules: add, list, show, pause, resume, remove, run-now, restore. "
+            "Changes are audited with the OS user (or --as) as the actor.")
 
     def add_arguments(self, parser: ArgumentParser) -> None:
         sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION",
@@ -76,6 +77,13 @@ class Command(BaseCommand):
                 add_actor_option(p)
         add.add_argument("--queue", "-q", help="queue (default: default)")
         add_actor_option(add)
+        restore = sub.add_parser(
+            "restore", help="after Redis lost its data: declare again, from the database, "
+            "every schedule missing from Redis that no operator removed (never overwrites)")
+        restore.add_argument("--queue", "-q", help="only this queue (default: every queue)")
+        restore.add_argument("--dry-run", action="store_true",
+                             help="list what would be restored; change nothing")
+        add_actor_option(restore)
 
     def handle(self, *args: Any, **o: Any) -> None:
         out = raw_stream(self.stdout)
@@ -93,6 +101,9 @@ class Command(BaseCommand):
             cli.listing(queue=o["queue"], out=out)
         elif action == "show":
             cli.show(o["name"], queue=o["queue"], out=out)
+        elif action == "restore":
+            cli.restore(queue=o["queue"], dry_run=o["dry_run"], out=out,
+                        actor=actor_option(o["as_user"]))
         else:
             cli.change(action, o["name"], queue=o["queue"], out=out,
                        actor=actor_option(o["as_user"]))
