@@ -144,7 +144,7 @@ def test_two_versions_of_the_library_serve_one_redis_side_by_side(
     redis_client: redis.Redis, queue: Queue
 ) -> None:
     current = library()
-    newer = build(read=lambda name: library_file(name) + ("-- v2\n" if name == "_common" else ""))
+    newer = build(read=lambda name: library_file(name) + ("-- v2\n" if name == "_base" else ""))
     assert newer.name != current.name
     load(redis_client, current)
     load(redis_client, newer)

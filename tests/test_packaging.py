@@ -122,7 +122,7 @@ def test_the_wheel_carries_what_the_product_needs(installed: Installed, tmp_path
     package = installed.site_packages
     for needed in ("queueadmin/templates/base.html", "queueadmin/templates/core/overview.html",
                    "queueadmin/static/core/console.css", "queueadmin/static/core/console.js",
-                   "core/queue/lua/dequeue.lua", "core/queue/lua/_common.lua",
+                   "core/queue/lua/dequeue.lua", "core/queue/lua/_base.lua",
                    "core/schedule/lua/claim.lua", "core/pipeline/log4j2.properties",
                    "core/pipeline/spark_functions.txt",
                    "core/pipeline/jvm/src/org/queueadmin/spark/Slices.java"):

@@ -29,7 +29,7 @@ from .results import task_order
 
 MAX_PAGE = 1000  # rows per page
 PIPELINE_CHUNK = 500  # commands per pipelined round trip of the bulk reads
-SCHED_MARK = "~scheduled"  # the scheduled requests' head in `delayed` (see _common.lua)
+SCHED_MARK = "~scheduled"  # the scheduled requests' head in `delayed` (see lua/_base.lua)
 HOUR_MS = 3_600_000
 
 

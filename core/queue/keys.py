@@ -15,7 +15,7 @@ _ID_PART_MAX = 2**64 - 1
 MAX_TASK_ID = f"{_ID_PART_MAX}-{_ID_PART_MAX}"  # the last stream entry id Redis can hold
 
 
-# The consumer group on every request's task stream (GROUP in lua/_common.lua).
+# The consumer group on every request's task stream (GROUP in lua/_base.lua).
 GROUP = "g"
 
 
@@ -122,7 +122,7 @@ class QueueKeys:
 
     @property
     def scheduled(self) -> str:
-        """Zset: delayed requests (state "scheduled") -> due time (ms); see _common.lua."""
+        """Zset: delayed requests (state "scheduled") -> due time (ms); see lua/_base.lua."""
         return self.base + "scheduled"
 
     @property
@@ -132,7 +132,7 @@ class QueueKeys:
     @property
     def revoked(self) -> str:
         """Zset: leases an operator took from a holder that may still run the task (claim,
-        release_task) -> their expiry, until the old run is over (see _common.lua)."""
+        release_task) -> their expiry, until the old run is over (see lua/_revoke.lua)."""
         return self.base + "revoked"
 
     @property

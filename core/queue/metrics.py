@@ -5,7 +5,7 @@ The engine keeps one hash per queue and minute (QueueKeys.metrics(minute), a TTL
 KEEP_MS) with, per handler, counters by outcome and a run-time histogram in fixed buckets
 (BUCKETS_MS), so that minutes, hours and handlers add up by plain sums and p50/p95/p99 are
 read from the merged buckets. The worker measures each run and passes its time with the ack
-or fail; the Lua side only adds (see `metric_run()` in lua/_common.lua). Fields, for a handler
+or fail; the Lua side only adds (see `metric()` in lua/_metrics.lua). Fields, for a handler
 `h` (handler names are identifiers, which cannot hold "|"):
 
     h|<i> tasks done whose run time fell in bucket i (0..len(BUCKETS_MS); the last is +Inf)

@@ -2,9 +2,11 @@
 
 Each operation stays one file, lua/<name>.lua: a contract header, then a body that reads
 `KEYS` and `ARGV` and `return`s, as a script would. A `--@include NAME` line in it names a
-helper file, lua/_NAME.lua. The library is `#!lua name=<lib>`, every included helper file
-once, then one `redis.register_function('<lib>_<name>', function(KEYS, ARGV) ... end)` per
-operation around its body. Redis runs the helpers once, when it loads the library, instead
+helper file, lua/_NAME.lua, or a group of them (HELPERS: `common` is the engine's helpers,
+one file per concern, in the order they build on each other). The library is
+`#!lua name=<lib>`, every included helper file once, then one
+`redis.register_function('<lib>_<name>', function(KEYS, ARGV) ... end)` per operation around
+its body. Redis runs the helpers once, when it loads the library, instead
 of at every call as it would a script's (~15 us a call); `begin(KEYS)`, which the helpers
 must define, is called first in every operation to set the queue's keys and reset the state
 of one call, and `finish(result)` last, with the operation's result, to write what the
@@ -31,6 +33,12 @@ import redis
 from .errors import QueueError
 
 _INCLUDE = re.compile(r"^--@include (\w+)[ \t]*\n?", re.MULTILINE)
+# Groups of helper files an operation includes by one name, in the order they are loaded: a
+# file uses only what the files before it define (each one's header says what it defines).
+HELPERS = {
+    "common": ("base", "requests", "metrics", "readiness", "finish", "leasing", "completion",
+               "tasks", "scheduled", "revoke"),
+}
 LIBRARY_PREFIX = "qa"
 _NOT_FOUND = "Function not found"
 
@@ -82,7 +90,8 @@ def build(names: Sequence[str] = SCRIPT_NAMES, read: Callable[[str], str] = _rea
     helpers: dict[str, str] = {}
     bodies: list[tuple[str, str]] = []
     for op in names:
-        body, includes = split_includes(read(op))
+        body, named = split_includes(read(op))
+        includes = [f for name in named for f in HELPERS.get(name, (name,))]
         for inc in includes:
             if inc in helpers:
                 continue

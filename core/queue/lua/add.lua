@@ -1,9 +1,9 @@
 --[[ add: append tasks to an open (not yet sealed) request: streamed fan-out.
 
-KEYS[1..8] queue-level keys (see _common.lua)
+KEYS[1..8] queue-level keys (see _base.lua)
 KEYS[9]    <p>:{Q}:req:<rid>         request hash
 KEYS[10]   <p>:{Q}:req:<rid>:tasks   task stream
-Derived:   tr:<prio>:<tenant>, delayed:<prio>, dprio (see _common.lua)
+Derived:   tr:<prio>:<tenant>, delayed:<prio>, dprio (see _base.lua)
 
 ARGV[1] rid   ARGV[2] now (ms)
 ARGV[3] expected total before this batch ("" = any): makes a resumed batch append only where

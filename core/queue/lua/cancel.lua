@@ -1,12 +1,12 @@
 --[[ cancel: a request delivers no more tasks. Waiting and delayed tasks are dropped and
 counted as cancelled; leased ones keep running until their workers see the cancellation
 (extend answers 2) and release, ack or fail them (a lease an operator revoked: until its run
-is over, see revoke() in _common.lua). The request completes as "cancelled" when
+is over, see revoke() in _revoke.lua). The request completes as "cancelled" when
 none is leased any more: at once if none is. Cancelling a finished request changes nothing.
 A held follow-up (submit_after.lua) is cancelled as an active request is: it had run nothing;
 so is a scheduled (delayed) request, which leaves the scheduled indexes: nothing of it runs.
 
-KEYS[1..8] queue-level keys (see _common.lua)
+KEYS[1..8] queue-level keys (see _base.lua)
 KEYS[9]    <p>:{Q}:req:<rid>         request hash
 KEYS[10]   <p>:{Q}:req:<rid>:tasks   task stream
 Derived:   req:<rid>:rel|dead, tr:<prio>:<tenant>, state:<state>, done:<rid>, delayed:<prio>, dprio,

@@ -7,14 +7,14 @@ idle time).
 
 The holder's lease stops being valid at once: its renewal, ack and fail are refused, and it
 stops the run at its next check. While its lease has not expired the run may still be going
-on, so the lease is revoked (revoke() in _common.lua): the task stays leased to the holder,
+on, so the lease is revoked (revoke() in _revoke.lua): the task stays leased to the holder,
 counted against the request's concurrency, until the holder says its run stopped or the
 lease runs out; then it moves on (end_revoked()). A lease already past its expiry (a holder
 that stopped renewing) moves on now. Moving on: back to waiting, or leased to the consumer
 and pushed to its handoff list, where a worker of that name takes it; dropped as cancelled
 if the request is being cancelled.
 
-KEYS[1..8] queue-level keys (see _common.lua)
+KEYS[1..8] queue-level keys (see _base.lua)
 KEYS[9]    <p>:{Q}:req:<rid>         request hash
 KEYS[10]   <p>:{Q}:req:<rid>:tasks   task stream
 Derived:   req:<rid>:rel, revoked, claimto, handoff:<consumer>, tr:<prio>:<tenant>,

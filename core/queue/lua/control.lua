@@ -8,7 +8,7 @@ worker's own exit after a stop leaves its entry as {control = "stop"} out of the
 an hour (Consumer.unregister(stopped=True)), so that its supervisor can tell that it was
 asked to stop and must not start it again.
 
-KEYS[1..8] queue-level keys (see _common.lua)
+KEYS[1..8] queue-level keys (see _base.lua)
 KEYS[9]    <p>:{Q}:workers          zset worker -> last beat (ms)
 KEYS[10]   <p>:{Q}:worker:<name>    hash its registry entry (info JSON, control)
 

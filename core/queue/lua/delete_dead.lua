@@ -4,7 +4,7 @@ its task leaves the request's stream; the request counts it as "discarded" inste
 a letter still in the dead stream is deleted: one requeued or deleted meanwhile (a stale
 page, a double click) is skipped. A letter whose request has expired is removed as well.
 
-KEYS[1..8] queue-level keys (see _common.lua)
+KEYS[1..8] queue-level keys (see _base.lua)
 Derived:   req:<rid>, req:<rid>:tasks|rel|dead, state:<state>
 
 ARGV[1] now (ms)   ARGV[2..] ids of entries in the dead stream (at most 1,000)

@@ -9,28 +9,28 @@ refused and changes nothing, so a task is counted done once; but a refused ack o
 operator revoked (claim.lua) says its run is over, so that task moves on now (end_revoked()).
 
 Dequeue: tasks handed to this consumer but not yet picked up come first; then take_ready()
-(_common.lua) promotes due retries (highest priority first) and leases up to `count` tasks
+(promote_due(), _scheduled.lua) promotes due retries (highest priority first) and leases up to `count` tasks
 by priority and rotation: parked retries first (XCLAIM from
 "~waiting"), then new entries (XREADGROUP). Work left over goes to idle workers
 (dispatch_idle()).
 
-KEYS[1..8] queue-level keys (see _common.lua)
+KEYS[1..8] queue-level keys (see _base.lua)
 Derived:   req:<rid>, req:<rid>:tasks, req:<rid>:rel, req:<rid>:results, tr:<prio>:<tenant>, state:<state>,
            done:<rid>, idle, handoff:<consumer>, delayed:<prio>, dprio, revoked, claimto
-           (see _common.lua)
+           (see _base.lua)
 
 ARGV[1] now (ms)   ARGV[2] consumer   ARGV[3] count
 ARGV[4] lease_ms (0 = each request's own; a worker passes how soon it must be presumed dead)
 ARGV[5] idle handoff: "1" = if nothing is leased, register the consumer as idle, so that work
-        arriving while it blocks on its handoff list is pushed there (see handoff() in
-        _common.lua); any call with "1" first takes the consumer off the idle set
-ARGV[6] timings of the acks, for the handlers' metrics (see _common.lua): "" = count nothing
+        arriving while it blocks on its handoff list is pushed there (see dispatch_idle() in
+        _leasing.lua); any call with "1" first takes the consumer off the idle set
+ARGV[6] timings of the acks, for the handlers' metrics (see _metrics.lua): "" = count nothing
         (the client turned metrics off); else one token per ack, separated by spaces, in the
         order of the leases: "<bucket>:<us>" (the run's time) or "-" (counted, not timed).
         Only accepted acks count.
 ARGV[7..] leases to acknowledge, each alone or "<lease> <result JSON>": an accepted ack keeps
         the task's result with its request (req:<rid>:results; split_results() and
-        store_result() in _common.lua), a refused one keeps nothing
+        store_result() in _requests.lua), a refused one keeps nothing
 
 Returns {ack_results, next_due_ms, tasks}
   ack_results  one integer per lease: 1 acked, -1 lease not held

@@ -1,7 +1,7 @@
 --[[ extend: the worker's heartbeat. Records that the worker lives and renews the leases it
 still holds.
 
-KEYS[1..8] queue-level keys (see _common.lua)
+KEYS[1..8] queue-level keys (see _base.lua)
 Derived:   req:<rid>, workers (zset name -> last beat ms), worker:<name> (hash)
 
 ARGV[1] now (ms)   ARGV[2] lease_ms (0 = each request's own lease time)

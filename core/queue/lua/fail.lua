@@ -3,13 +3,13 @@ dead-letter the task once it has used `max_attempts` (or at once when retry is r
 
 A task of a cancelled request is not retried: it is counted cancelled.
 
-KEYS[1..8] queue-level keys (see _common.lua)
+KEYS[1..8] queue-level keys (see _base.lua)
 Derived:   req:<rid>, req:<rid>:tasks|rel|dead, tr:<prio>:<tenant>, state:<state>, done:<rid>,
            delayed:<prio>, dprio, revoked, claimto, handoff:<consumer>, idle
 
 ARGV[1] now (ms)  ARGV[2] lease  ARGV[3] error text  ARGV[4] traceback  ARGV[5] worker
 ARGV[6] jitter in [0, 1)  ARGV[7] retry allowed (1|0)
-ARGV[8] the run's time for the handler's metrics (see _common.lua): "<bucket>:<us>", "-" (not
+ARGV[8] the run's time for the handler's metrics (see _metrics.lua): "<bucket>:<us>", "-" (not
         timed: counted only) or "" (count nothing; absent: "")
 
 Returns {1, outcome, attempts, delay_ms}; outcome: "delayed", "waiting", "dead" or "cancelled"

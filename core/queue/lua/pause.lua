@@ -1,10 +1,10 @@
 --[[ pause: workers lease nothing from the queue until it is resumed. A dequeue leases
 nothing (it still acks, and still delivers what was handed to its consumer before the
-pause), no idle worker is handed a task and no wake-up token is pushed (_common.lua checks
+pause), no idle worker is handed a task and no wake-up token is pushed (the helpers check
 the key in take_ready(), dispatch_idle() and wake()). Tasks already leased run on and are
 acked, failed, renewed and reaped as usual; producers may still submit.
 
-KEYS[1..8] queue-level keys (see _common.lua)
+KEYS[1..8] queue-level keys (see _base.lua)
 KEYS[9]    <p>:{Q}:paused   string: when the queue was paused (ms); absent = running
 
 ARGV[1] now (ms)   ARGV[2] who paused it (text for the event)

@@ -2,7 +2,7 @@
 Only the holder of a live lease writes: a run whose lease was reaped, claimed, released or
 acked is refused, so a stale run never overwrites what the task's new run reports.
 
-KEYS[1..8] queue-level keys (see _common.lua)
+KEYS[1..8] queue-level keys (see _base.lua)
 Derived:   req:<rid> (field "prog": the progress keys exist), req:<rid>:progress,
            req:<rid>:progress:at
 

@@ -7,13 +7,13 @@ said its run stopped: the run may be presumed over, as that of an expired lease,
 moves on as the operator asked (end_revoked()): back to waiting, to the consumer it was
 claimed for ("claimed"), or cancelled; no attempt is spent (the operator's move).
 
-KEYS[1..8] queue-level keys (see _common.lua)
+KEYS[1..8] queue-level keys (see _base.lua)
 Derived:   req:<rid>, req:<rid>:tasks|rel|dead, tr:<prio>:<tenant>, state:<state>, done:<rid>,
            delayed:<prio>, dprio, revoked, claimto, handoff:<consumer>, idle
 
 ARGV[1] now (ms)   ARGV[2] at most this many leases (and as many revoked ones)
 ARGV[3] "0": count no handler metrics (a dead letter made here counts as the handler's failure
-        in metrics:<minute>, see _common.lua; absent: counted)
+        in metrics:<minute>, see _metrics.lua; absent: counted)
 
 Returns flat: request, task, worker, outcome ("waiting", "dead", "cancelled" or, for a revoked
 lease, "claimed") per lease

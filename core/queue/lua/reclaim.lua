@@ -16,7 +16,7 @@ task's pending entry (held by this worker, with the same delivery count). A leas
 an operator revoked (claim.lua) moves on now as the operator asked (end_revoked()): the worker
 is not running it any more. The revoked leases (a few) are looked at on the first call.
 
-KEYS[1..8] queue-level keys (see _common.lua)
+KEYS[1..8] queue-level keys (see _base.lua)
 KEYS[9]    <p>:{Q}:workers          zset worker -> last beat (ms)
 KEYS[10]   <p>:{Q}:worker:<name>    hash its registry entry (info JSON)
 Derived:   req:<rid>, req:<rid>:tasks|rel, tr:<prio>:<tenant>, state:<state>, done:<rid>,
@@ -27,7 +27,7 @@ ARGV[1] now (ms)   ARGV[2] worker   ARGV[3] its dead-after (ms; 0 = from its reg
 ARGV[4] expired leases to look at   ARGV[5] offset into the expired leases
 ARGV[6] "crashed" (optional): reap its leases now, as above
 ARGV[7] "0" (optional): count no handler metrics (a dead letter made here counts as the
-        handler's failure in metrics:<minute>, see _common.lua)
+        handler's failure in metrics:<minute>, see _metrics.lua)
 
 Returns {released, cancelled, next} (released: back to waiting or, for a revoked lease, to
 the consumer it was claimed for): next = the offset to call again with when ARGV[4]

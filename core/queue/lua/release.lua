@@ -1,7 +1,7 @@
 --[[ release: a worker gives leases back without finishing them (graceful shutdown, or a task
 stopped because its request was cancelled). A release is not counted as an attempt.
 
-KEYS[1..8] queue-level keys (see _common.lua)
+KEYS[1..8] queue-level keys (see _base.lua)
 Derived:   req:<rid>, req:<rid>:tasks|rel, tr:<prio>:<tenant>, state:<state>, done:<rid>,
            delayed:<prio>, dprio, revoked, claimto, handoff:<consumer>, idle
 

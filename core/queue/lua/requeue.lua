@@ -5,7 +5,7 @@ Two forms:
   ARGV[2] = "ids":     ARGV[3..] ids of entries in the dead stream (KEYS[9], KEYS[10] unused)
   ARGV[2] = "request": every dead letter of request ARGV[3] (KEYS[9], KEYS[10] its hash and stream)
 
-KEYS[1..8] queue-level keys (see _common.lua)
+KEYS[1..8] queue-level keys (see _base.lua)
 KEYS[9], KEYS[10] request hash and task stream (form "request" only)
 Derived:   req:<rid>, req:<rid>:tasks|rel|dead|progress|progress:at|results,
            tr:<prio>:<tenant>, state:<state>, delayed:<prio>, dprio

@@ -1,10 +1,10 @@
 --[[ resume: a paused queue hands out work again: idle workers are handed tasks and the
 others woken, as after a submit (dispatch_idle()).
 
-KEYS[1..8] queue-level keys (see _common.lua)
+KEYS[1..8] queue-level keys (see _base.lua)
 KEYS[9]    <p>:{Q}:paused   string (see pause.lua)
 Derived:   idle, handoff:<consumer>, tr:<prio>:<tenant>, req:<rid>, req:<rid>:tasks|rel,
-           delayed:<prio>, dprio (dispatch_idle(), see _common.lua)
+           delayed:<prio>, dprio (dispatch_idle(), see _leasing.lua)
 
 ARGV[1] now (ms)   ARGV[2] who resumed it (text for the event)
 

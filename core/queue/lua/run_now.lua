@@ -2,10 +2,10 @@
 become eligible at once under the usual priorities and rotation (an operator's "run now").
 A request that is not scheduled (due already, cancelled, finished) is left as it is.
 
-KEYS[1..8] queue-level keys (see _common.lua)
+KEYS[1..8] queue-level keys (see _base.lua)
 KEYS[9]    <p>:{Q}:req:<rid>   request hash
 Derived:   scheduled, scheduled:<prio>, sprio, tr:<prio>:<tenant>, state:<state>, done:<rid>,
-           idle, handoff:<consumer>, delayed:<prio>, dprio (see _common.lua)
+           idle, handoff:<consumer>, delayed:<prio>, dprio (see _base.lua)
 
 ARGV[1] rid   ARGV[2] now (ms)
 

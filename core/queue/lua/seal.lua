@@ -5,7 +5,7 @@ and becomes active, not open, then.
 
 Sealing twice is harmless: a sealed request's state is returned unchanged.
 
-KEYS[1..8] queue-level keys (see _common.lua)
+KEYS[1..8] queue-level keys (see _base.lua)
 KEYS[9]    <p>:{Q}:req:<rid>   request hash
 Derived:   state:<state>, tr:<prio>:<tenant>, req:<rid>:tasks|rel|dead, done:<rid>
 

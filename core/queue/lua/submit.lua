@@ -1,14 +1,14 @@
 --[[ submit: create a request, optionally with its first tasks, optionally sealed, optionally
-delayed: with a due time still to come it is "scheduled" (see _common.lua) until then.
+delayed: with a due time still to come it is "scheduled" (see _base.lua) until then.
 
 Idempotent on the request id: if the request exists, nothing changes and its current state
 is returned (a producer may retry a submit whose reply it lost).
 
-KEYS[1..8] queue-level keys (see _common.lua)
+KEYS[1..8] queue-level keys (see _base.lua)
 KEYS[9]    <p>:{Q}:req:<rid>         request hash
 KEYS[10]   <p>:{Q}:req:<rid>:tasks   task stream (group "g" created here)
 Derived:   tr:<prio>:<tenant>, state:open|active|scheduled|done, done:<rid>, delayed:<prio>,
-           dprio, scheduled, scheduled:<prio>, sprio (see _common.lua)
+           dprio, scheduled, scheduled:<prio>, sprio (see _base.lua)
 
 ARGV[1]  rid          ARGV[2]  now (ms)      ARGV[3]  priority (0-99)
 ARGV[4]  concurrency  ARGV[5]  tenant        ARGV[6]  handler

@@ -1,7 +1,7 @@
 --[[ submit_after: create a request that runs only once another one (its parent) completes
 as done: a "then" between requests, like a BullMQ flow. Sealed with its tasks, it is "held"
 (its tasks wait but are not eligible) until the parent's completion decides, in
-maybe_complete() (follow_on(), _common.lua):
+maybe_complete() (follow_on(), _completion.lua):
   done      -> the follow-up becomes active (eligible)
   cancelled -> the follow-up is cancelled (its tasks counted cancelled)
   failed    -> it stays held: requeuing the parent's dead letters reopens the parent, and
@@ -11,13 +11,13 @@ A parent that has completed already decides at once. An operator may cancel a he
 Idempotent on the request id, as submit: if the request exists, nothing changes and its
 current state is returned.
 
-KEYS[1..8] queue-level keys (see _common.lua)
+KEYS[1..8] queue-level keys (see _base.lua)
 KEYS[9]    <p>:{Q}:req:<rid>           the follow-up's hash (field "after": the parent)
 KEYS[10]   <p>:{Q}:req:<rid>:tasks     its task stream (group "g" created here)
 KEYS[11]   <p>:{Q}:req:<parent>        the parent's hash (field "then": its follow-ups,
                                        ids separated by spaces)
 Derived:   tr:<prio>:<tenant>, state:held|active|cancelling|cancelled, done:<rid>,
-           delayed:<prio>, dprio (see _common.lua)
+           delayed:<prio>, dprio (see _base.lua)
 
 ARGV[1]  rid          ARGV[2]  now (ms)      ARGV[3]  priority (0-99)
 ARGV[4]  concurrency  ARGV[5]  tenant        ARGV[6]  handler

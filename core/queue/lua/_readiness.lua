@@ -1,0 +1,85 @@
+-- lua/_readiness.lua: the rotation sequence and priority bands, events, pause and wake-up, a
+--   request's state and its index, lease bookkeeping.
+-- One of the engine's helper files (`--@include common` brings them all, in the order of
+-- scripts.py's HELPERS); it may use what the files before it define (_base.lua, _requests.lua,
+--   _metrics.lua).
+-- Defines: next_seq, band_tail, event, is_paused, wake, slot_of, set_state, bump_waiting_stat,
+--   add_lease, flush_leases, is_eligible (declared earlier).
+--
+
+local function next_seq(n)
+  return redis.call('INCRBY', K_SEQ, n or 1)
+end
+
+-- The score that puts a slot last in its priority's band of `ready`: one past the band's
+-- last slot. Offsets within a band grow only with that band's rotations (not with the
+-- queue's sequence, which every request and rotation advances), and when they reach half the
+-- band's width the band is renumbered 1..k in its order: a slot never crosses into the next
+-- band, so strict priority holds however long the queue lives.
+local RENUMBER_AT = BAND / 2
+local function band_tail(prio)
+  local lo = (99 - prio) * BAND
+  local from, to = string.format('%.0f', lo), '(' .. string.format('%.0f', lo + BAND)
+  local last = redis.call('ZRANGE', K_READY, to, from, 'BYSCORE', 'REV', 'LIMIT', '0', '1',
+                          'WITHSCORES')
+  local offset = 1
+  if last[2] then offset = tonumber(last[2]) - lo + 1 end
+  if offset > RENUMBER_AT then
+    local band = redis.call('ZRANGE', K_READY, from, to, 'BYSCORE')
+    for i = 1, #band do redis.call('ZADD', K_READY, 'XX', lo + i, band[i]) end
+    offset = #band + 1
+  end
+  return lo + offset
+end
+
+local function event(kind, rid, ...)
+  redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_MAXLEN, '*', 'type', kind, 'request', rid, ...)
+end
+
+-- Whether an operator paused the queue (pause.lua): asked once per call, and only where work
+-- would be handed out, so that a submit or an ack pays nothing for it.
+local function is_paused()
+  if PAUSED == nil then PAUSED = redis.call('EXISTS', K_PAUSED) == 1 end
+  return PAUSED
+end
+
+local function wake()
+  if redis.call('LLEN', K_WAKE) == 0 and not is_paused() then redis.call('RPUSH', K_WAKE, '1') end
+end
+
+local function slot_of(h) return text(h.priority) .. ':' .. h.tenant end
+
+is_eligible = function(h)
+  return (h.state == 'open' or h.state == 'active') and h.waiting > 0 and h.leased < h.concurrency
+end
+
+-- The state index (state:<state>) follows in finish(): one ZREM and one ZADD per pair of
+-- states for the whole call, from where the request was to where it ends.
+local function set_state(h, new_state, now)
+  if h.state == new_state then return end
+  if not h._moved then MOVED[#MOVED + 1] = h end
+  h._moved = now
+  set_field(h, 'state', new_state)
+  set_field(h, 'updated_ms', now)
+end
+
+local function bump_waiting_stat(h, d)
+  stat('w:' .. text(h.priority), d)
+end
+
+-- Leases to add to `leases`, written in one ZADD by flush_leases().
+local function add_lease(expiry, lease)
+  LEASE_ADD[#LEASE_ADD + 1] = expiry
+  LEASE_ADD[#LEASE_ADD + 1] = lease
+  if #LEASE_ADD >= 1000 then  -- unpack() has a limit: flush in chunks
+    redis.call('ZADD', K_LEASES, unpack(LEASE_ADD))
+    LEASE_ADD = {}
+  end
+end
+
+local function flush_leases()
+  if #LEASE_ADD > 0 then
+    redis.call('ZADD', K_LEASES, unpack(LEASE_ADD))
+    LEASE_ADD = {}
+  end
+end
