@@ -52,7 +52,7 @@ system-deps:
 
 # One plain command, so make runs the supervisor itself, with no shell in between. make passes
 # SIGTERM on to it but not SIGINT (it leaves that to the terminal and waits): the supervisor
-# watches make for a SIGINT (core/stack.py, MakeParent), so `kill -INT <make>` stops it too.
+# watches make for a SIGINT (core/stack/supervisor.py, MakeParent), so `kill -INT <make>` stops it too.
 # QA_REDIS_FSYNC=everysec trades the embedded Redis's durability for speed (docs/deployment.md: Durability).
 run: system-deps install
 	$(PY) manage.py runstack

@@ -56,7 +56,7 @@ EXCEPTIONS = ("ValueError", "KeyError", "TimeoutError", "OSError", "RuntimeError
 
 
 def free_port() -> int:
-    from core.redis_server import free_port as fp
+    from core.stack.redis_server import free_port as fp
 
     return fp()
 

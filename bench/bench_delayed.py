@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from core.queue import Queue  # noqa: E402
 from core.queue.client import wait_for_any  # noqa: E402
-from core.redis_server import start_redis  # noqa: E402
+from core.stack.redis_server import start_redis  # noqa: E402
 
 TARGET_LATE_MS = 1000  # due within 1 s of its time
 PROBES = 500

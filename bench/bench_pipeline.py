@@ -5,7 +5,7 @@ against plain PySpark in the same run, on the same machine.
         [--data DIR] [--sizes 120,480] [--json-only] [--quick] [--keep]
 
 Everything runs in a temporary folder: a `manage.py runstack` with its own QA_VAR_DIR and its
-own ports (web, Redis, Spark Connect: core.redis_server.free_port), the CLI commands with the
+own ports (web, Redis, Spark Connect: core.stack.redis_server.free_port), the CLI commands with the
 same environment, and the bench's own Spark Connect client sessions for plain PySpark; nothing
 else on the machine is used. Every process started is stopped by PID at the end, also on
 Ctrl-C or an error (what the stack leaves running after its stop is killed and reported). The
@@ -248,7 +248,7 @@ class Ports:
 
     @classmethod
     def free(cls) -> Ports:
-        from core.redis_server import free_port
+        from core.stack.redis_server import free_port
 
         ports: list[int] = []
         while len(ports) < 3:

@@ -43,7 +43,7 @@ from bench.peers import (  # noqa: E402
     noop,
 )
 from core.queue import Queue, introspect  # noqa: E402
-from core.redis_server import RedisServer, start_redis  # noqa: E402
+from core.stack.redis_server import RedisServer, start_redis  # noqa: E402
 
 TARGETS = {
     "single_submits_per_s": "≥ huey",

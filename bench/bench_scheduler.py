@@ -28,7 +28,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from core.redis_server import start_redis  # noqa: E402
+from core.stack.redis_server import start_redis  # noqa: E402
 
 QUEUE = "bench"
 PREFIX = "bs"

@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 from core.pipeline import jobs  # noqa: E402
 from core.pipeline.spec import make_spec  # noqa: E402
 from core.queue import Queue  # noqa: E402
-from core.redis_server import free_port  # noqa: E402
+from core.stack.redis_server import free_port  # noqa: E402
 
 OUT = ROOT / "docs" / "img"
 PASSWORD = "screenshot-password"

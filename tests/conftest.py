@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from core.queue import Queue
-from core.redis_server import RedisCluster, RedisServer, start_cluster, start_redis
+from core.stack.redis_server import RedisCluster, RedisServer, start_cluster, start_redis
 
 # Every Spark JVM of the run (the shared session, spawned workers, the CLI's checks) compiles
 # with C1 alone: on the tests' small data it starts ~2.5 s sooner and runs each job faster

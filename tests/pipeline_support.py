@@ -21,7 +21,7 @@ from core.pipeline import jobs, jvm, server, spark
 from core.pipeline.check import make_spec
 from core.pipeline.spec import JobSpec
 from core.queue import Queue
-from core.redis_server import free_port
+from core.stack.redis_server import free_port
 from core.worker import WorkerConfig
 from core.worker.runtime import Worker
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pyspark
 import pytest
 
-from core.redis_server import free_port
+from core.stack.redis_server import free_port
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 START_TIMEOUT_S = 120

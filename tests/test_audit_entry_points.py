@@ -192,7 +192,7 @@ CLI: dict[str, tuple[str, str, Callable[[Env], None]]] = {
 
 
 def runstack_admin() -> None:
-    from core.stack import Stack
+    from core.stack.supervisor import Stack
 
     Stack(host="127.0.0.1", port=0, out=io.StringIO())._ensure_admin()
 

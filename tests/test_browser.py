@@ -25,7 +25,7 @@ import pytest
 import redis
 
 from core.queue import Queue
-from core.redis_server import free_port, pid_alive
+from core.stack.redis_server import free_port, pid_alive
 
 pytestmark = pytest.mark.slow
 

@@ -25,7 +25,7 @@ import pytest
 import tests.pipeline_handlers  # noqa: F401  (registers the transform make_spec checks)
 from core.pipeline import jobs
 from core.pipeline.check import make_spec
-from core.redis_server import free_port
+from core.stack.redis_server import free_port
 from tests.pipeline_support import flights
 from tests.test_browser import Stack, browser, running_stack, shots  # noqa: F401
 from tests.test_browser_actions import accounts, logged_in_pages, queue, until  # noqa: F401

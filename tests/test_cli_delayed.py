@@ -21,7 +21,7 @@ from core.cli.datajob import submit as datajob_submit
 from core.cli.due import due_from
 from core.pipeline import jobs
 from core.queue import Queue, handlers, introspect
-from core.redis_server import RedisServer
+from core.stack.redis_server import RedisServer
 from tests.pipeline_support import flights
 
 pytestmark = pytest.mark.django_db

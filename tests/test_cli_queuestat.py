@@ -15,7 +15,7 @@ from django.core.management.base import CommandError
 from core.cli.queuestat import queuestat
 from core.cli.submit import submit
 from core.queue import Queue
-from core.redis_server import free_port
+from core.stack.redis_server import free_port
 
 Stat = Callable[..., str]
 

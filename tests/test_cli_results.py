@@ -21,7 +21,7 @@ from django.core.management.base import CommandError
 from core.cli.submit import submit
 from core.conf import get_queue
 from core.queue import Queue, handlers, introspect
-from core.redis_server import RedisServer
+from core.stack.redis_server import RedisServer
 from tests.conftest import keys_under
 
 

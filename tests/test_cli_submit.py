@@ -21,7 +21,7 @@ from django.core.management.base import CommandError
 
 from core.cli.submit import submit
 from core.queue import Lease, Queue, handlers, introspect
-from core.redis_server import RedisServer, free_port
+from core.stack.redis_server import RedisServer, free_port
 from tests.conftest import keys_under
 
 Submit = Callable[..., tuple[str, str]]

@@ -21,7 +21,7 @@ from redis.cluster import RedisCluster as ClusterClient
 
 from core.conf import get_queue
 from core.queue import introspect
-from core.redis_server import free_port
+from core.stack.redis_server import free_port
 from tests.conftest import ClusterLayout
 
 pytestmark = pytest.mark.filterwarnings("ignore:no worker of queue")

@@ -13,7 +13,7 @@ from redis.cluster import RedisCluster as ClusterClient
 
 from core.queue import InvalidInput, Queue, RedisUnavailable, introspect
 from core.queue.connect import connect, redacted, seeds
-from core.redis_server import RedisServer, free_port
+from core.stack.redis_server import RedisServer, free_port
 from tests.conftest import ClusterLayout
 
 pytestmark = pytest.mark.filterwarnings("ignore:no worker of queue")

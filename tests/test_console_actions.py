@@ -13,7 +13,7 @@ from django.test import Client
 
 from core.models import AuditEntry
 from core.queue import introspect
-from core.redis_server import free_port
+from core.stack.redis_server import free_port
 from tests.action_fixtures import (  # noqa: F401
     World,
     admin,

@@ -9,7 +9,7 @@ import pytest
 from django.test import Client
 
 from core.queue import Queue
-from core.redis_server import free_port
+from core.stack.redis_server import free_port
 from tests.console_fixtures import (  # noqa: F401
     HOSTILE,
     Seeded,

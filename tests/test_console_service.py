@@ -12,8 +12,8 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 
 from core.queue import Queue
-from core.redis_server import free_port
 from core.schedule.store import Schedules
+from core.stack.redis_server import free_port
 from tests.console_fixtures import Seeded, console, groups, seeded, viewer  # noqa: F401
 
 pytestmark = pytest.mark.django_db

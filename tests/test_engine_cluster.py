@@ -12,7 +12,7 @@ from redis.cluster import ClusterNode
 from redis.cluster import RedisCluster as ClusterClient
 
 from core.queue import Queue, introspect
-from core.redis_server import RedisCluster, start_cluster
+from core.stack.redis_server import RedisCluster, start_cluster
 from tests.conftest import FakeClock
 
 

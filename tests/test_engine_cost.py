@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from core.queue import Queue, introspect
-from core.redis_server import RedisServer, start_redis
+from core.stack.redis_server import RedisServer, start_redis
 
 # Commands the engine sends that change data (and go to the append-only file when they do).
 WRITES = frozenset({
@@ -91,7 +91,7 @@ def test_a_new_request_stores_no_zero_counter_and_reads_them_as_zero(queue: Queu
 
 def test_a_waiting_one_task_request_takes_little_redis_memory(own_server: RedisServer) -> None:
     """Its stream's first node is allocated at stream-node-max-bytes (Redis 6.2+): 4 KB by
-    default, 1 KB on the servers this project starts (core/redis_server.py)."""
+    default, 1 KB on the servers this project starts (core/stack/redis_server.py)."""
     client = redis.Redis.from_url(own_server.url, decode_responses=True)
     q = Queue(client, "mem")
     sub = q.submit([{"n": 1}], handler="noop")

@@ -182,7 +182,7 @@ def test_a_large_submit_is_split_into_batches_but_stays_one_request(queue: Queue
 
 def test_redis_unreachable_is_a_queue_error_not_a_traceback_from_redis_py() -> None:
     from core.queue import RedisUnavailable
-    from core.redis_server import free_port
+    from core.stack.redis_server import free_port
 
     q = Queue.from_url(f"redis://127.0.0.1:{free_port()}/0", "q")
     with pytest.raises(RedisUnavailable, match="Redis is unreachable"):

@@ -17,7 +17,7 @@ from core.console.errors import ConsoleError
 from core.ops.errors import OpsError
 from core.pipeline.errors import PipelineError
 from core.queue import QueueadminError, QueueError
-from core.stack_lock import StackError
+from core.stack.lock import StackError
 from core.worker.context import WorkerError
 
 # The first matching prefix names the layer's root.
@@ -31,7 +31,6 @@ LAYERS: list[tuple[str, type[BaseException]]] = [
     ("core.console", ConsoleError),
     ("core.views", ConsoleError),
     ("core.stack", StackError),
-    ("core.redis_server", StackError),
     ("core", QueueadminError),
     ("queueadmin", QueueadminError),
 ]

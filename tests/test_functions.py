@@ -15,7 +15,7 @@ from redis.cluster import RedisCluster as ClusterClient
 
 from core.queue import Queue, QueueError
 from core.queue.scripts import SCRIPT_NAMES, build, call, library, load
-from core.redis_server import RedisCluster, RedisServer, start_cluster, start_redis
+from core.stack.redis_server import RedisCluster, RedisServer, start_cluster, start_redis
 from tests.conftest import FakeClock
 
 HELPERS = (

@@ -18,7 +18,7 @@ import pytest
 from django.db import connection
 
 from core.queue import Queue
-from core.redis_server import RedisServer
+from core.stack.redis_server import RedisServer
 from tests.mirror_support import COMPARED, assert_db_equals_redis, finish, mirror, redis_requests
 
 pytestmark = [

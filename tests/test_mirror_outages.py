@@ -18,7 +18,7 @@ from django.db import OperationalError
 from core.mirror import MirrorConfig, run_mirror
 from core.models import Request
 from core.queue import Queue
-from core.redis_server import start_redis
+from core.stack.redis_server import start_redis
 
 pytestmark = [
     # Not transaction=True: its flush at the end would empty the tables that migrations fill

@@ -198,7 +198,7 @@ def test_pause_and_resume_say_when_nothing_changed(q: Queue, admin_user: User) -
 def test_redis_down_is_a_clear_error_and_the_audit_says_nothing_was_done(
     settings: Any, q: Queue, operator: User
 ) -> None:
-    from core.redis_server import free_port
+    from core.stack.redis_server import free_port
 
     settings.REDIS_URL = f"redis://127.0.0.1:{free_port()}/0"
     with pytest.raises(RedisUnavailable):

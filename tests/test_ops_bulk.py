@@ -178,7 +178,7 @@ def test_redis_down_leaves_the_bulk_action_where_it_was(
     dead_letters(q, 3)
     made = bulk.preview(operator, "requeue", q.name, {})
     bulk.confirm(operator, made.pk)
-    from core.redis_server import free_port
+    from core.stack.redis_server import free_port
 
     good = settings.REDIS_URL
     settings.REDIS_URL = f"redis://127.0.0.1:{free_port()}/0"

@@ -18,7 +18,7 @@ from django.core.management.base import CommandError
 
 from core.models import AuditEntry
 from core.queue import Queue, introspect
-from core.redis_server import RedisServer
+from core.stack.redis_server import RedisServer
 from tests.ops_support import dead_letters, fingerprint_of, last_audit, still_dead
 
 pytestmark = pytest.mark.django_db

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from core.redis_server import free_port, pid_alive
+from core.stack.redis_server import free_port, pid_alive
 
 pytestmark = pytest.mark.slow
 

@@ -28,7 +28,7 @@ from core.pipeline import jobs
 from core.pipeline.check import make_spec
 from core.queue import Queue
 from core.queue.errors import UnknownHandlerWarning
-from core.redis_server import RedisServer
+from core.stack.redis_server import RedisServer
 from tests.conftest import keys_under
 from tests.pipeline_support import flights, run_worker
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from core.pipeline import server, spark
-from core.redis_server import free_port
+from core.stack.redis_server import free_port
 
 
 @pytest.mark.parametrize(("master", "setting", "want"), [

@@ -22,7 +22,7 @@ import tests.pipeline_handlers  # noqa: F401  (registers the transform for make_
 from core.pipeline import jobs, jvm, server
 from core.pipeline.check import make_spec
 from core.queue import Queue, introspect
-from core.redis_server import free_port
+from core.stack.redis_server import free_port
 from tests.pipeline_support import TEST_JAVA_OPTIONS, flights, jar_dir
 
 pytestmark = pytest.mark.slow

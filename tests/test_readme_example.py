@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from core.redis_server import RedisServer
+from core.stack.redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
 

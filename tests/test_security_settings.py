@@ -13,7 +13,7 @@ import pytest
 from django.test import Client
 
 from core.queue import Queue
-from core.stack import Stack
+from core.stack.supervisor import Stack
 from tests.console_fixtures import console, viewer  # noqa: F401
 
 pytestmark = pytest.mark.django_db

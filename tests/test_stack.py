@@ -22,7 +22,7 @@ import pytest
 import redis
 
 from core.queue import Queue, introspect
-from core.redis_server import RedisServer, free_port, pid_alive, start_redis
+from core.stack.redis_server import RedisServer, free_port, pid_alive, start_redis
 
 ROOT = Path(__file__).resolve().parent.parent
 # A stack takes 2-3 s to start and stop; tests that take over ~5 s are marked slow.

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from core.redis_server import free_port, start_redis
-from core.stack_lock import DataDirBusy, lock_data_dir
+from core.stack.lock import DataDirBusy, lock_data_dir
+from core.stack.redis_server import free_port, start_redis
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -9,7 +9,7 @@ import signal
 import time
 
 from core.queue import Queue, introspect
-from core.redis_server import free_port, pid_alive
+from core.stack.redis_server import free_port, pid_alive
 from tests.test_stack import StartStack, _until, start_stack  # noqa: F401
 
 

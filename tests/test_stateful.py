@@ -53,7 +53,7 @@ from core.queue import (
 )
 from core.queue.client import wait_for_any
 from core.queue.models import Submitted
-from core.redis_server import RedisServer
+from core.stack.redis_server import RedisServer
 from tests.conftest import FakeClock
 from tests.engine_model import (
     RUNNABLE,

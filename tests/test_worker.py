@@ -20,7 +20,7 @@ import pytest
 import redis
 
 from core.queue import Queue, introspect
-from core.redis_server import start_redis
+from core.stack.redis_server import start_redis
 from core.worker import (
     Cancelled,
     Permanent,

@@ -17,7 +17,7 @@ import pytest
 import redis
 
 from core.queue import Queue, QueueError, introspect
-from core.redis_server import free_port, start_redis
+from core.stack.redis_server import free_port, start_redis
 from tests.handlers import chaos_keys
 
 CHAOS_REQUESTS = 20

@@ -17,7 +17,7 @@ import redis
 import core.worker.builtins  # noqa: F401  (registers noop)
 import tests.handlers  # noqa: F401  (registers tracked, gil_sleep)
 from core.queue import Queue, introspect
-from core.redis_server import start_redis
+from core.stack.redis_server import start_redis
 from core.worker import Worker, WorkerConfig, runtime
 from core.worker.beat import ProcessBeater, ThreadBeater
 from core.worker.context import TaskContext

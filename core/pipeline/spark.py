@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from core.redis_server import pid_alive
+from core.stack.redis_server import pid_alive
 
 from .errors import PipelineError
 

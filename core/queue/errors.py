@@ -8,7 +8,7 @@ engine raises is a QueueError.
     ├── OpsError                      operator actions (core.ops)
     ├── CliError                      the commands' own refusals (core.cli)
     ├── ConsoleError                  the console (core.console, core.views)
-    └── StackError                    the embedded stack (core.stack, core.redis_server)
+    └── StackError                    the embedded stack (core.stack, core.stack.redis_server)
 
 The engine is the bottom layer, so the root lives here; tests/test_exception_tree.py checks
 that every exception class of the project descends from its layer's root."""

@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from core.cli import raw_stream
-from core.stack import WORKER_SLOTS, run_stack
+from core.stack.supervisor import WORKER_SLOTS, run_stack
 
 
 class Command(BaseCommand):

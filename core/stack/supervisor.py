@@ -36,8 +36,8 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from core.conf import redacted
-from core.redis_server import pid_alive, start_redis
-from core.stack_lock import DataDirBusy, DataDirLock, lock_data_dir
+from core.stack.lock import DataDirBusy, DataDirLock, lock_data_dir
+from core.stack.redis_server import pid_alive, start_redis
 
 STOP_TIMEOUT_S = 10.0
 RESTART_LIMIT = 5  # exits in a row, each within QUICK_EXIT_S of its start, before giving up
