@@ -226,14 +226,3 @@ def cluster_layout(redis_cluster: RedisCluster) -> ClusterLayout:
         home, owners[other]
     }
     return ClusterLayout(bystander, ("default", other), owners)
-
-
-# -- Spark ---------------------------------------------------------------------------------
-# The run's Spark Connect server and a session on it, for every test that asks (one server
-# per test process, started at the first such test).
-from tests.pipeline_support import (  # noqa: E402, F401
-    connect_url,
-    dq,
-    flights_parquet,
-    spark_session,
-)

@@ -1,27 +1,20 @@
-"""Fixtures of the data pipeline tests: one Spark Connect server for the whole run of a test
-process (started as the stack starts its own), small generated data, and a way to run a job to
-its end with an in-process worker."""
+"""What the data pipeline tests share besides their fixtures (tests/pipeline/conftest.py):
+small generated data, a job's spec, and a way to run a job to its end with an in-process
+worker."""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import subprocess
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-import pytest
-import redis
 
-from core.pipeline import jobs, jvm, server, spark
+from core.pipeline import jobs, spark
 from core.pipeline.check import make_spec
 from core.pipeline.spec import JobSpec
 from core.queue import Queue
-from core.stack.redis_server import free_port
 from core.worker import WorkerConfig
 from core.worker.runtime import Worker
 
@@ -39,65 +32,6 @@ def jar_dir() -> Path:
     return Path(tempfile.gettempdir()) / "queueadmin-test-jars"
 
 
-@pytest.fixture(scope="session")
-def connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The run's Spark Connect server, started as the stack starts its own (core.pipeline.server,
-    with the project's reader jar; local[2], one shuffle partition), once per test process.
-    SPARK_REMOTE points this process's tasks and the workers it spawns at it."""
-    from django.conf import settings
-
-    work = tmp_path_factory.mktemp("spark-connect")
-    config = server.ServerConfig(
-        port=free_port(), local_dir=work / "local", memory="1g",
-        jar=jvm.ensure_jar(jar_dir()), cores="2",
-        conf=(("spark.sql.shuffle.partitions", "1"),
-              ("spark.driver.extraJavaOptions", TEST_JAVA_OPTIONS)))
-    server.prepare(config)
-    log = work / "server.log"
-    with open(log, "ab") as out:
-        proc = subprocess.Popen(server.argv(config), env=server.env(), cwd=work,
-                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-    try:
-        if not server.wait_listening("127.0.0.1", config.port, timeout=180,
-                                     alive=lambda: proc.poll() is None):
-            raise RuntimeError(f"the test Spark Connect server did not start:\n"
-                               f"{log.read_text(errors='replace')[-3000:]}")
-        saved = settings.SPARK_REMOTE, os.environ.get("SPARK_REMOTE")
-        settings.SPARK_REMOTE = os.environ["SPARK_REMOTE"] = config.url
-        yield config.url
-        settings.SPARK_REMOTE = saved[0]
-        if saved[1] is None:
-            os.environ.pop("SPARK_REMOTE", None)
-        else:
-            os.environ["SPARK_REMOTE"] = saved[1]
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-
-
-@pytest.fixture(scope="session")
-def spark_session(connect_url: str) -> Iterator[Any]:
-    """A Spark Connect session of the test itself on the run's server (to read outputs, make
-    frames); tasks use sessions of their own on it, one per worker slot."""
-    from pyspark.sql import SparkSession
-
-    session = SparkSession.builder.remote(connect_url).create()
-    yield session
-    with contextlib.suppress(Exception):
-        session.stop()
-
-
-@pytest.fixture
-def dq(redis_client: redis.Redis, prefix: str) -> Queue:
-    """A queue on the server's clock (workers renew leases in real time)."""
-    return Queue(redis_client, "data", prefix=prefix)
-
-
 def flights(n: int = 600, seed: int = 7) -> pd.DataFrame:
     """A small flights-like table: carrier, month, dep_delay (some missing), distance."""
     rng = np.random.default_rng(seed)
@@ -110,14 +44,6 @@ def flights(n: int = 600, seed: int = 7) -> pd.DataFrame:
         "dep_delay": delay,
         "distance": rng.integers(100, 3000, n).astype("int64"),
     })
-
-
-@pytest.fixture
-def flights_parquet(tmp_path: Path) -> tuple[Path, pd.DataFrame]:
-    df = flights()
-    path = tmp_path / "flights.parquet"
-    df.to_parquet(path, index=False)
-    return path, df
 
 
 def spec_for(tmp_path: Path, input: Path, **kw: Any) -> JobSpec:

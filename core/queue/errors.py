@@ -10,7 +10,7 @@ engine raises is a QueueError.
     ├── ConsoleError                  the console (core.console, core.views)
     └── StackError                    the embedded stack (core.stack, core.stack.redis_server)
 
-The engine is the bottom layer, so the root lives here; tests/test_exception_tree.py checks
+The engine is the bottom layer, so the root lives here; tests/stack/test_exception_tree.py checks
 that every exception class of the project descends from its layer's root."""
 
 from __future__ import annotations

@@ -1,0 +1,89 @@
+"""The Schedules page in a real browser (Playwright driving Debian's Chromium) against
+`manage.py runstack` (its scheduler and a worker running tests.browser_handlers): an admin
+creates a schedule after previewing its next runs, an operator runs it now and sees the run's
+outcome follow in the last runs, pauses and resumes it; the admin edits it."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from core.schedule.store import Schedules
+from tests.console.test_browser import PASSWORD, Stack, browser, running_stack, shots  # noqa: F401
+from tests.console.test_browser_actions import logged_in_pages, manage, queue, until
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    var = tmp_path_factory.mktemp("browser-schedules-var")
+    with running_stack(var, {"QA_HANDLER_MODULES": "tests.browser_handlers"}) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def accounts(stack: Stack) -> dict[str, str]:
+    said = manage(stack, "createuser", "otto", "--role", "operator")
+    return {"otto": said.rsplit(": ", 1)[1].strip(), "admin": PASSWORD}
+
+
+@pytest.fixture
+def login(browser: Any, stack: Stack, accounts: dict[str, str]
+          ) -> Iterator[Callable[[str], Any]]:
+    yield from logged_in_pages(browser, stack, accounts)
+
+
+def test_create_with_preview_run_now_pause_and_edit(stack: Stack, login: Any,
+                                                    shots: Any) -> None:
+    admin = login("admin")
+    admin.goto(stack.url("/schedules/?queue=default"))
+    admin.fill("input[name=name]", "nightly")
+    admin.fill("input[name=handler]", "slow")
+    admin.fill("textarea[name=tasks]", '{"seconds": 0.5}')
+    admin.fill("input[name=cron]", "30 2 * * *")
+    admin.fill("input[name=tz]", "Europe/Berlin")
+    admin.click("text=Preview next runs")
+    # The preview also follows the typing (debounced): wait for the one of the last field.
+    until(lambda: "At 02:30 (Europe/Berlin)" in admin.inner_text("#preview"), 10,
+          "the preview of the form as typed")
+    assert admin.locator("[data-preview] li").count() == 5
+    shots(admin, "schedule-preview")
+    admin.fill("input[name=tz]", "Europe/Nowhere")
+    until(lambda: "unknown time zone 'Europe/Nowhere'" in admin.inner_text("#preview"), 10,
+          "the preview to say what is wrong")
+    admin.fill("input[name=tz]", "Europe/Berlin")
+    until(lambda: admin.locator("[data-preview] li").count() == 5, 10, "the preview again")
+    admin.click("#schedule-form button[type=submit]")
+    admin.wait_for_selector('tr[data-schedule="nightly"]')
+    assert "At 02:30 (Europe/Berlin)" in admin.inner_text('tr[data-schedule="nightly"]')
+
+    otto = login("otto")
+    otto.goto(stack.url("/schedules/?queue=default"))
+    row = 'tr[data-schedule="nightly"]'
+    assert otto.locator(f"{row} >> text=Edit").count() == 0  # operators run, admins edit
+    otto.click(f"{row} >> text=Run now")
+    otto.wait_for_selector(f"{row} .last-runs a")
+    rid = otto.inner_text(f"{row} .last-runs a").strip()
+    assert rid.startswith("sched.nightly.now")
+    # The last runs follow the real run to its end (the page polls).
+    until(lambda: otto.inner_text(f"{row} [data-outcome]").strip() == "done", 30,
+          "the run's outcome to show done")
+    shots(otto, "schedules-after-run")
+    otto.click(f"{row} >> text=Pause")
+    otto.wait_for_selector(f"{row} [data-paused]")
+    s = Schedules(queue(stack)).require("nightly")
+    assert s.paused and s.paused_by == "otto"
+    otto.click(f"{row} >> text=Resume")
+    until(lambda: otto.locator(f"{row} [data-paused]").count() == 0, 10, "resumed")
+
+    admin.goto(stack.url("/schedules/?queue=default"))
+    admin.click(f"{row} >> text=Edit")
+    admin.wait_for_url(re.compile(r".*/schedules/default/nightly/edit/"))
+    admin.fill("input[name=cron]", "45 3 * * 1-5")
+    admin.click("#schedule-form button[type=submit]")
+    admin.wait_for_selector(f"{row} >> text=Monday through Friday")
+    assert Schedules(queue(stack)).require("nightly").schedule.cron == "45 3 * * 1-5"

@@ -1,0 +1,36 @@
+"""The README's first example runs as written (against the suite's Redis), and names a
+handler that its consumer runs and announces."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from core.stack.redis_server import RedisServer
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_first_python_example_of_the_readme_runs_to_done_without_a_warning(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    code = re.search(r"```python\n(.*?)```", readme, re.DOTALL).group(1)  # type: ignore[union-attr]
+    assert 'Queue.from_url("redis://127.0.0.1:6390/0"' in code and 'prefix="qa"' in code
+    code = code.replace("redis://127.0.0.1:6390/0", redis_server.url)
+    code = code.replace('prefix="qa"', f'prefix="{prefix}"')
+    strict = (
+        "import warnings\nfrom core.queue.errors import UnknownHandlerWarning\n"
+        "warnings.simplefilter('error', UnknownHandlerWarning)\n"
+    )
+
+    done = subprocess.run([sys.executable, "-c", strict + code], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    lines = done.stdout.splitlines()
+    assert re.fullmatch(r"submitted [0-9a-f]{32} 3", lines[0])
+    assert lines[1] == "final state: done"
