@@ -12,6 +12,7 @@ from core.views import (
     requests,
     scheduled,
     schedules,
+    search,
     service,
     workers,
 )
@@ -22,6 +23,7 @@ urlpatterns = [
     path("", overview.overview, name="overview"),
     path("requests/", requests.request_list, name="requests"),
     path("scheduled/", scheduled.scheduled_list, name="scheduled"),
+    path("search/", search.search, name="search"),
     path("requests/<str:queue_name>/<str:request_id>/", requests.request_detail, name="request"),
     path("schedules/", schedules.schedule_list, name="schedules"),
     path("schedules/preview/", schedules.schedule_preview, name="schedule_preview"),
