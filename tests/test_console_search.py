@@ -309,3 +309,18 @@ def test_search_needs_the_console_permission(nobody: Client, client: Client,
                                              console: Queue) -> None:
     assert nobody.get("/search/?q=x").status_code == 403
     assert client.get("/search/?q=x")["Location"].startswith("/login/")
+
+
+def test_whole_words_match_alike_and_the_last_word_as_typed(console: Queue) -> None:
+    docs(1, prefix="g", payloads='{"customer": "Globex", "city": "Springfield"}')
+    docs(1, prefix="s", payloads='{"customer": "Soylent", "n": 7}')
+    for text, rids in (("globex", ["g-0000"]), ("springfield globex", ["g-0000"]),
+                       ("glob", ["g-0000"]),  # the last word: a prefix, as typed
+                       ("7", ["s-0000"])):
+        assert found(None, text) == rids, text
+    postgres = connection.vendor == POSTGRES
+    # Not the last word: a whole word on PostgreSQL, anywhere on SQLite (a LIKE).
+    assert found(None, "glob springfield") == ([] if postgres else ["g-0000"])
+    # Too short to be a prefix on PostgreSQL ("gl" is no word of it).
+    assert found(None, "gl") == ([] if postgres else ["g-0000"])
+    assert search.parse("a b-c dee").tsquery == "'a' & 'b' & 'c' & 'dee':*"

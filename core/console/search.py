@@ -4,9 +4,10 @@ never a Redis scan.
 
 A query is split into words at ASCII punctuation and spaces (as the PostgreSQL column is built,
 migration 0011), at most MAX_WORDS of them; a request matches when it has every word:
-- PostgreSQL: full text, each word as a prefix (`acme` finds acme and acmes), on the GIN index
-  of the generated `vector`; ranked by ts_rank (id, tenant, handler, task ids weigh most, then
-  error messages, then payloads) while at most RANK_MAX requests match, newest first beyond.
+- PostgreSQL: full text, whole words, the last one also as a prefix as it is typed (`acme
+  glob` finds acme's globex), on the GIN index of the generated `vector`; ranked by ts_rank
+  (id, tenant, handler, task ids weigh most, then error messages, then payloads) while at most
+  RANK_MAX requests match, newest first beyond.
 - SQLite: each word anywhere in the text (LIKE, case-insensitive for ASCII letters), newest
   first: a scan, slower, with the same results for whole words.
 Beside the text matches, `direct()` looks the query up as it is: a request id (exact, then
@@ -37,6 +38,7 @@ MAX_LENGTH = 200  # characters of a query
 MAX_WORDS = 8
 RANK_MAX = 1000  # matches ranked by relevance; more are listed newest first
 DIRECT_MAX = 10  # requests shown by id / task id
+PREFIX_MIN = 3  # characters of the query's last word for it to match as a prefix too
 # ASCII punctuation, controls and spaces: what separates words (migration 0011's SEPARATORS).
 SEPARATORS = re.compile(r"[\x00-\x2f\x3a-\x40\x5b-\x60\x7b-\x7f\s]+")
 SNIPPET = 60  # characters either side of a match
@@ -50,9 +52,15 @@ class Query:
 
     @property
     def tsquery(self) -> str:
-        """The words for to_tsquery('simple', ...): each quoted (a word holds no ASCII
-        punctuation, so no quote nor backslash), each a prefix, all required."""
-        return " & ".join(f"'{w}':*" for w in self.words)
+        """The words for to_tsquery('simple', ...), all required, each quoted (a word holds no
+        ASCII punctuation, so no quote nor backslash): whole words, but the last one also as
+        the start of a word if it has PREFIX_MIN characters or more, as typed. (A prefix reads
+        every index entry that starts with it, and the index can no longer skip through a
+        frequent word's entries with a rare word's: on 1,000,000 requests "<ms>-0" as
+        prefixes took 0.7 s, as whole words 0.01 s.)"""
+        *whole, last = self.words
+        tail = f"'{last}':*" if len(last) >= PREFIX_MIN else f"'{last}'"
+        return " & ".join([*(f"'{w}'" for w in whole), tail])
 
 
 def parse(text: str | None, queue: str | None = None) -> Query:
