@@ -324,3 +324,45 @@ def test_whole_words_match_alike_and_the_last_word_as_typed(console: Queue) -> N
     # Too short to be a prefix on PostgreSQL ("gl" is no word of it).
     assert found(None, "gl") == ([] if postgres else ["g-0000"])
     assert search.parse("a b-c dee").tsquery == "'a' & 'b' & 'c' & 'dee':*"
+
+
+def test_a_request_whose_events_were_trimmed_is_found_by_id_tenant_and_handler(
+    queue: Queue, redis_client: redis.Redis
+) -> None:
+    queue.submit([{"word": "lost"}], request_id="gap-1", handler="crunch", tenant="hooli")
+    redis_client.xtrim(queue.keys.events, maxlen=0)  # before any mirror read them
+    queue.submit([{"word": "kept"}], request_id="after-1", handler="crunch")
+    mirror(queue)  # reconciles the gap from the state indexes
+    assert found(queue, "hooli crunch") == ["gap-1"]
+    assert found(queue, "lost") == []  # its payload was only on the trimmed event
+    assert found(queue, "kept") == ["after-1"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_gives_existing_history_its_search_rows() -> None:
+    from django.db.migrations.executor import MigrationExecutor
+
+    before, after = [("core", "0009_schedule_permissions")], [("core", "0011_search")]
+    executor = MigrationExecutor(connection)
+    executor.migrate(before)
+    try:
+        apps = executor.loader.project_state(before).apps
+        now = timezone.now()
+        apps.get_model("core", "Request").objects.create(
+            queue="default", request_id="old-7", state="failed", tenant="umbrella",
+            handler="brew", created_at=now, updated_at=now)
+        apps.get_model("core", "DeadLetter").objects.create(
+            queue="default", entry_id="1-0", request_id="old-7", task_id="5-0",
+            error="OSError: vat 9 leaks", payload='{"vat": "nine"}', dead_at=now,
+            fingerprint="f" * 40)
+    finally:
+        executor = MigrationExecutor(connection)
+        executor.loader.build_graph()
+        executor.migrate(after)
+        executor = MigrationExecutor(connection)
+        executor.loader.build_graph()
+        executor.migrate(executor.loader.graph.leaf_nodes())
+    doc = SearchDoc.objects.get(request_id="old-7")
+    assert (doc.words, doc.errors, doc.payloads) == ("old-7 umbrella brew", "OSError: vat 9 leaks",
+                                                     '{"vat": "nine"}')
+    assert found(None, "umbrella vat leaks nine") == ["old-7"]

@@ -56,8 +56,8 @@ class Query:
         ASCII punctuation, so no quote nor backslash): whole words, but the last one also as
         the start of a word if it has PREFIX_MIN characters or more, as typed. (A prefix reads
         every index entry that starts with it, and the index can no longer skip through a
-        frequent word's entries with a rare word's: on 1,000,000 requests "<ms>-0" as
-        prefixes took 0.7 s, as whole words 0.01 s.)"""
+        frequent word's entries with a rare word's: on 1,000,000 requests, a task id's words
+        "<ms>" and "0" as prefixes took 0.7 s, as whole words 6 ms; docs/performance.md.)"""
         *whole, last = self.words
         tail = f"'{last}':*" if len(last) >= PREFIX_MIN else f"'{last}'"
         return " & ".join([*(f"'{w}'" for w in whole), tail])

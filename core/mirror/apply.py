@@ -166,7 +166,7 @@ def upsert(
         ]
     _write(queue, rids, rows)
     index_requests(queue, dict(zip(rids, rows, strict=True)),
-                   {rid: changes[rid][1] for rid in rids})
+                   {rid: changes[rid][1] for rid in rids}, every=bool(reconciled_to))
     return len(rows)
 
 

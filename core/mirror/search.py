@@ -67,11 +67,18 @@ def _save(new: list[SearchDoc], changed: list[SearchDoc]) -> None:
 
 
 def index_requests(
-    queue: str, rows: dict[str, dict[str, Any]], events: dict[str, list[Entry]]
+    queue: str, rows: dict[str, dict[str, Any]], events: dict[str, list[Entry]], *,
+    every: bool = False,
 ) -> int:
     """Bring the search rows of these requests (request id -> its Request row's fields, as
-    just written) up to date with their events; returns how many rows were written."""
-    rids = list(rows)
+    just written) up to date with their events; returns how many rows were written. Only the
+    requests with tasks among their events are looked at (the others' rows are as they were),
+    unless `every` (after a gap in the events, a request may have lost its `submitted`)."""
+    rids = list(rows) if every else [
+        rid for rid in rows if any(f.get("type") in TASK_EVENTS for _, f in events.get(rid, []))
+    ]
+    if not rids:
+        return 0
     docs = _docs(queue, rids)
     new: list[SearchDoc] = []
     changed: list[SearchDoc] = []
