@@ -13,6 +13,7 @@ from core.views import (
     requests,
     scheduled,
     schedules,
+    search,
     service,
     workers,
 )
@@ -23,6 +24,7 @@ urlpatterns = [
     path("", overview.overview, name="overview"),
     path("requests/", requests.request_list, name="requests"),
     path("scheduled/", scheduled.scheduled_list, name="scheduled"),
+    path("search/", search.search, name="search"),
     path("requests/<str:queue_name>/<str:request_id>/", requests.request_detail, name="request"),
     path("requests/<str:queue_name>/<str:request_id>/results/<str:task_id>/",
          requests.result_detail, name="result"),

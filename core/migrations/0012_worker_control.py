@@ -32,7 +32,7 @@ def revoke(apps: Any, schema_editor: Any) -> None:
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('core', '0010_handler_metrics'),
+        ('core', '0011_search'),
     ]
 
     operations = [

@@ -24,6 +24,7 @@ from core.queue.follow import Entry, sid
 from core.queue.models import STATES, TERMINAL_STATES, PageCursor, RequestInfo
 
 from .fingerprint import fingerprint
+from .search import index_letters, index_requests
 
 UNFINISHED = [s for s in STATES if s not in TERMINAL_STATES]
 CHUNK = 500  # requests per Redis pipeline and per database statement
@@ -88,6 +89,7 @@ def apply_batch(
                 queue=q.name, request_id=rid, entry_id__in=ids, resolution=""
             ).update(resolution=resolution, resolved_at=at)
         n = upsert(q.name, {rid: (infos.get(rid), evs) for rid, evs in by_request.items()}, now)
+        index_letters(q.name, letters)
     return Applied(n, len(letters), resolved + sum(1 for x in letters if x.resolution))
 
 
@@ -147,6 +149,8 @@ def upsert(
             for rid in part
         ]
     _write(queue, rids, rows)
+    index_requests(queue, dict(zip(rids, rows, strict=True)),
+                   {rid: changes[rid][1] for rid in rids}, every=bool(reconciled_to))
     return len(rows)
 
 

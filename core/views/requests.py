@@ -288,7 +288,9 @@ def _timeline(queue: Queue, row: Row, db: Request | None) -> list[Event]:
     for eid, f in rows:
         if f.get("request") != row.id:
             continue
-        detail = ", ".join(f"{k} {v}" for k, v in f.items() if k not in ("type", "request"))
+        # Not the first tasks' ids and payload text that the search index takes from the event.
+        detail = ", ".join(f"{k} {v}" for k, v in f.items()
+                           if k not in ("type", "request", "ids", "text"))
         events.append(Event(int(eid.split("-")[0]), f.get("type", "?"), detail))
     kinds = {e.kind for e in events}
     if "submitted" not in kinds:

@@ -478,6 +478,7 @@ PAGES: dict[str, tuple[str, list[str]]] = {
     "schedules": ("/schedules/", ["queue"]),
     "schedule_edit": ("/schedules/default/junk-sched/edit/", ["queue"]),
     "schedule_preview": ("/schedules/preview/", ["queue", *SCHEDULE_FIELDS]),
+    "search": ("/search/", ["queue", "q", "scope", "after"]),
 }
 # Every form: the pattern's name, its path, a sane form and the fields to fill with junk.
 COMMON = ["queue", "nonce", "next", "confirmed"]

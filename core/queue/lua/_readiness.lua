@@ -3,8 +3,9 @@
 -- One of the engine's helper files (`--@include common` brings them all, in the order of
 -- scripts.py's HELPERS); it may use what the files before it define (_base.lua, _requests.lua,
 --   _metrics.lua).
--- Defines: next_seq, band_tail, event, is_paused, wake, slot_of, set_state, bump_waiting_stat,
---   add_lease, flush_leases, is_eligible (declared earlier).
+-- Defines: next_seq, band_tail, event, utf8_head, append_tasks, tasks_event, is_paused, wake,
+--   slot_of, set_state, bump_waiting_stat, add_lease, flush_leases, is_eligible (declared
+--   earlier).
 --
 
 local function next_seq(n)
@@ -34,6 +35,53 @@ end
 
 local function event(kind, rid, ...)
   redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_MAXLEN, '*', 'type', kind, 'request', rid, ...)
+end
+
+-- Search (issue 20): the console finds requests by words of their payloads through the
+-- database mirror, but a task leaves Redis when it is done, often before the mirror has read
+-- the request's first event. So the event that brings a request's first SEARCH_TASKS tasks
+-- (submitted, or added while streaming) carries their ids ("ids", separated by spaces) and
+-- up to SEARCH_BYTES of their payloads ("text", separated by newlines). Bounded: `events`
+-- holds up to EVENTS_MAXLEN entries while no mirror trims it.
+local SEARCH_TASKS = 8
+local SEARCH_BYTES = 512
+
+-- The first `n` bytes of `s`, fewer if byte n + 1 continues a UTF-8 character.
+local function utf8_head(s, n)
+  local b = string.byte(s, n + 1)
+  while n > 0 and b and b >= 0x80 and b < 0xC0 do
+    n = n - 1
+    b = string.byte(s, n + 1)
+  end
+  return string.sub(s, 1, n)
+end
+
+-- Append args[first..] (payloads) to the task stream `sk` of a request that had `had` tasks.
+-- Returns the search fields for its event (see SEARCH_TASKS): ids, text ('' and '' when
+-- these tasks are not among its first).
+local function append_tasks(sk, args, first, had)
+  local ids, parts, left = {}, {}, SEARCH_BYTES
+  local last = first + SEARCH_TASKS - had - 1
+  for i = first, #args do
+    local id = redis.call('XADD', sk, '*', 'p', args[i])
+    if i <= last then
+      ids[#ids + 1] = id
+      if left > 0 then
+        local p = args[i]
+        if #p > left then p = utf8_head(p, left) end
+        parts[#parts + 1] = p
+        left = left - #p - 1
+      end
+    end
+  end
+  if #ids == 0 then return '', '' end
+  return table.concat(ids, ' '), table.concat(parts, '\n')
+end
+
+-- event() for the event that brings tasks: with their search fields, if any.
+local function tasks_event(kind, rid, ids, txt, ...)
+  if ids == '' then return event(kind, rid, ...) end
+  event(kind, rid, 'ids', ids, 'text', txt, ...)
 end
 
 -- Whether an operator paused the queue (pause.lua): asked once per call, and only where work

@@ -11,6 +11,8 @@ ARGV[3] expected total before this batch ("" = any): makes a resumed batch appen
 ARGV[4..] task payloads (JSON text)
 
 Returns the request's new total.
+Events: "added" (tasks, ids, text) when these tasks are among the request's first
+SEARCH_TASKS (append_tasks(), _readiness.lua), so that the mirror can index them for search.
 A scheduled request that is not sealed yet takes tasks too: they wait for its due time.
 
 Errors (as integers): -2 no such request, -3 request is sealed (or cancelled/finished),
@@ -29,10 +31,10 @@ elseif h.state ~= 'open' then
 end
 if ARGV[3] ~= '' and tonumber(ARGV[3]) ~= h.total then return -6 end
 local sk = KEYS[10]
-for i = 4, #ARGV do
-  redis.call('XADD', sk, '*', 'p', ARGV[i])
-end
+local ids, txt = append_tasks(sk, ARGV, 4, h.total)
 local n = #ARGV - 3
+-- Only while the request's first tasks come in: the mirror indexes them for search.
+if ids ~= '' then event('added', rid, 'tasks', text(n), 'ids', ids, 'text', txt) end
 add(h, 'total', n)
 add(h, 'waiting', n)
 set_field(h, 'updated_ms', now)

@@ -21,6 +21,8 @@ ARGV[13] due time: "" = now; "+<ms>" = that long after now; "<ms>" = at that tim
          the epoch). A due time not after now is now: the request is not scheduled.
 ARGV[14..] task payloads (JSON text)
 
+Its "submitted" event carries the first tasks' ids and payload text (append_tasks()).
+
 Returns {created (1|0), state, total, resume (0, or 2|3 for an unfinished large submit), due
 (ms; 0 when not scheduled)}
 --]]
@@ -50,9 +52,7 @@ end
 
 local n = #ARGV - 13
 redis.call('XGROUP', 'CREATE', sk, GROUP, '0', 'MKSTREAM')
-for i = 14, #ARGV do
-  redis.call('XADD', sk, '*', 'p', ARGV[i])
-end
+local ids, txt = append_tasks(sk, ARGV, 14, 0)
 -- Sealed at once unless tasks are still to come (mode 0, 2, 3): one state, one index entry.
 local state = ARGV[12] == '1' and 'active' or 'open'
 -- The counters that start at 0 (retry, leased, delayed, done, dead, cancelled) are not
@@ -89,13 +89,13 @@ REQS[rid] = h
 stat('submitted', n)
 if due then
   -- Not counted in w:<prio> (work that can run) until due, as a held follow-up.
-  event('submitted', rid, 'tasks', text(n), 'priority', ARGV[3], 'tenant', ARGV[5],
-        'due', text(due))
+  tasks_event('submitted', rid, ids, txt, 'tasks', text(n), 'priority', ARGV[3],
+              'tenant', ARGV[5], 'due', text(due))
   schedule_req(h, due)
   return {1, state, n, 0, due}
 end
 bump_waiting_stat(h, n)
-event('submitted', rid, 'tasks', text(n), 'priority', ARGV[3], 'tenant', ARGV[5])
+tasks_event('submitted', rid, ids, txt, 'tasks', text(n), 'priority', ARGV[3], 'tenant', ARGV[5])
 if n == 0 then maybe_complete(h, now) end
 sync_ready(h)
 dispatch_idle()

@@ -27,6 +27,8 @@ ARGV[12] parent request id
 ARGV[13..] task payloads (JSON text): at least one, at most one call's worth (the client
          refuses more)
 
+Its "submitted" event carries the first tasks' ids and payload text (append_tasks()).
+
 Returns {created (1|0), state, total}
 Errors: -2 no such parent request (nothing is written)
 --]]
@@ -44,9 +46,7 @@ if not p then return -2 end
 
 local n = #ARGV - 12
 redis.call('XGROUP', 'CREATE', sk, GROUP, '0', 'MKSTREAM')
-for i = 13, #ARGV do
-  redis.call('XADD', sk, '*', 'p', ARGV[i])
-end
+local ids, txt = append_tasks(sk, ARGV, 13, 0)
 redis.call('HSET', rk, 'state', 'held', 'tenant', ARGV[5], 'handler', ARGV[6],
   'priority', ARGV[3], 'concurrency', ARGV[4], 'waiting', text(n), 'lease_ms', ARGV[8],
   'retention_ms', ARGV[9], 'total', text(n), 'max_attempts', ARGV[7],
@@ -64,8 +64,8 @@ local h = {id = rid, state = 'held', tenant = ARGV[5], handler = ARGV[6],
            _state0 = 'held', _dirty = false, _moved = false}
 REQS[rid] = h
 stat('submitted', n)  -- w:<prio> counts work that can run: a held request's, once released
-event('submitted', rid, 'tasks', text(n), 'priority', ARGV[3], 'tenant', ARGV[5],
-      'after', parent)
+tasks_event('submitted', rid, ids, txt, 'tasks', text(n), 'priority', ARGV[3],
+            'tenant', ARGV[5], 'after', parent)
 -- The parent has completed already: decide now, as its completion would have.
 if p.state == 'done' then
   set_state(h, 'active', now)
