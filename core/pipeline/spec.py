@@ -16,7 +16,6 @@ from .errors import PipelineError
 FORMATS = ("parquet", "csv", "json")
 OUTPUT_FORMATS = ("parquet", "csv")
 MAX_CHUNKS = 10_000
-DEFAULT_ROWS_PER_CHUNK = 1_000_000
 RESERVED_VIEWS = ("chunk", "parts")
 _VIEW_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 MANIFEST = "_manifest.json"
