@@ -36,11 +36,11 @@ from .errors import PipelineError
 from .spec import MAX_CHUNKS, JobSpec, _matches, is_local, local_path
 
 # At most this many input bytes (of the columns a job reads, for Parquet) per chunk by default:
-# big enough that Spark's fixed cost is a few percent of a chunk's work (a chunk of this size
-# takes ~5 s on one core), small enough that a retried chunk redoes seconds, not minutes. With
-# 192 MB chunks, 161.7M rows were 14 chunks in 7 waves (bench/bench_pipeline.py; see
-# docs/pipeline.md, "What a job costs").
-CHUNK_BYTES = 1024 * 1024 * 1024
+# big enough that Spark's fixed cost is a few percent of a chunk's work, small enough that a
+# retried chunk redoes seconds, not minutes (a chunk of this size is ~10 s of one core here).
+# With 192 MB chunks, 161.7M rows were 14 chunks in 7 waves, 1.78x plain PySpark; at 1 GiB, 4
+# in 2 waves, 1.35x (bench/bench_pipeline.py; see docs/pipeline.md, "How many chunks").
+CHUNK_BYTES = 4 * 1024 * 1024 * 1024
 # Below this, an input is one chunk whatever the free slots: sharing it would cost more in
 # fixed costs than it saves.
 MIN_SHARED_BYTES = 48 * 1024 * 1024

@@ -87,6 +87,9 @@ def server_conf(config: ServerConfig) -> dict[str, str]:
         "spark.sql.shuffle.partitions": str(os.cpu_count() or 2)
         if config.cores == "*" else config.cores,
         "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
+        # A chunk of a folder names its files (tens to hundreds): past this many paths Spark
+        # lists them with a Spark job of its own, which cost a chunk more than the listing.
+        "spark.sql.sources.parallelPartitionDiscovery.threshold": "100000",
         "spark.hadoop.parquet.enable.summary-metadata": "false",
         "spark.connect.execute.manager.detachedTimeout": DETACHED_TIMEOUT,
         "spark.connect.execute.manager.maintenanceInterval": "5s",

@@ -100,6 +100,7 @@ def test_byte_ranges_cover_every_byte_once_across_files() -> None:
     (100 * MB, 1, 1),
     (700 * MB, 2, 2),  # one wave: a chunk per slot, however big, up to CHUNK_BYTES
     (plan.CHUNK_BYTES * 2, 2, 2),
+    (plan.CHUNK_BYTES * 2 + 1, 2, 4),
     (plan.CHUNK_BYTES * 10, 2, 10),  # big: by size
     (plan.CHUNK_BYTES * 3, 2, 4),  # ... in whole waves
     (plan.CHUNK_BYTES * 5, 4, 8),

@@ -48,7 +48,7 @@ class Command(BaseCommand):
         s.add_argument("--chunks", type=int, help="number of chunks (or --rows-per-chunk)")
         s.add_argument("--rows-per-chunk", type=int,
                        help="target rows per chunk (default: by size, one chunk per worker "
-                            "slot the job can use, more past 1 GiB a chunk)")
+                            "slot the job can use, more past 4 GiB a chunk)")
         s.add_argument("--queue", "-q", help="queue name (default: default)")
         # Defaults: core.pipeline.jobs.QueueOptions'.
         s.add_argument("--priority", "-p", type=int, help="0-99 (default 50)")
