@@ -30,6 +30,13 @@ class Totals:
         self._stages: dict[tuple[str, int], tuple[int, int]] = {}
         self._last: tuple[int, int] | None = None
 
+    def finished(self) -> None:
+        """The block's Spark work ended well: if Spark reported none of its stages (an
+        operation shorter than its report interval may end with none), say it is done."""
+        if self._last is None:
+            self._last = (1, 1)
+            self.report(1, 1, "Spark: done (too quick for Spark to report its stages)")
+
     def update(self, owner: str, stages: Iterable[tuple[int, int, int]], running: int) -> None:
         """`stages`: (stage id, tasks done, tasks) of one operation or job."""
         for sid, done, total in stages:
@@ -97,6 +104,7 @@ def reporting(session: Any, tag: str, report: Report) -> Iterator[None]:
         finally:
             with contextlib.suppress(Exception):
                 session.removeProgressHandler(handler)
+        totals.finished()
         return
     stop = threading.Event()
     poller = threading.Thread(target=_poll_classic, args=(session, tag, totals, stop),
@@ -108,3 +116,4 @@ def reporting(session: Any, tag: str, report: Report) -> Iterator[None]:
         stop.set()
         poller.join(2)
         _classic_once(session, tag, totals)  # the last counts
+    totals.finished()

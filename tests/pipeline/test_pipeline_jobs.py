@@ -127,13 +127,13 @@ def test_a_failing_chunk_says_which_and_why_and_a_requeue_finishes_the_job(
     assertDataFrameEqual(got, spark_session.createDataFrame(df))
 
 
-def test_a_split_without_spark_still_fails_a_job_whose_sql_only_spark_refuses(
+def test_a_local_parquet_split_asks_spark_only_to_analyse_and_still_fails_once(
     dq: Queue, spark_session: Any, flights_parquet: tuple[Path, pd.DataFrame], tmp_path: Path
 ) -> None:
     """Once a worker knows its Spark has the reader, a local Parquet input's split plans from
-    the footers alone: no schema is recorded, the job's output is the same, and a statement
-    that passes the submit's check but not Spark's analysis fails the job at its chunks, with
-    Spark's message."""
+    the footers and records no input schema (the chunks read row groups); Spark still
+    analyses the SQL there, so a statement that passes the submit's check but not Spark's
+    analysis fails the split once and no chunk runs."""
     _, df = flights_parquet
     path = tmp_path / "groups.parquet"
     df.to_parquet(path, index=False, row_group_size=100)  # 6 row groups: cut between them
@@ -146,6 +146,7 @@ def test_a_split_without_spark_still_fails_a_job_whose_sql_only_spark_refuses(
     assert st.state == "done", st.failures
     record = jobs.records(dq).all("again")
     assert record["split"] == "row groups" and record["schema"] == ""
+    assert record["parts_schema"]  # the analysis's: the combine reads the parts with it
     got = spark_session.read.parquet(again.output)
     assertDataFrameEqual(got, spark_session.createDataFrame(by_pandas(df)), rtol=1e-9)
 
@@ -153,8 +154,8 @@ def test_a_split_without_spark_still_fails_a_job_whose_sql_only_spark_refuses(
                    chunks=3, output=str(tmp_path / "bad"), job_id="bad")
     st = run_job(dq, bad, max_attempts=3)
     assert st.state == "failed"
-    assert st.failures and all("carrier" in f and "GROUP BY" in f.upper()
-                               for f in st.failures), st.failures
-    letters = introspect.request_dead_letters(dq, "bad")
-    assert letters and all(letter.attempts == 1 for letter in letters)  # permanent: no retry
+    [failure] = st.failures
+    assert failure.startswith("the split failed after 1 attempt(s)"), failure
+    assert "carrier" in failure and "GROUP BY" in failure.upper(), failure
+    assert st.chunks is None
     assert not (Path(bad.output) / "_SUCCESS").exists()

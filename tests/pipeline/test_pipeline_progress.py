@@ -28,6 +28,9 @@ def test_each_chunk_and_the_combine_end_on_all_their_spark_tasks_done(
         assert reported, f"no Spark progress from the tasks of {rid}"
         for p in reported:
             assert p.total and p.done == p.total, p
-            assert p.message.startswith(f"Spark: {p.done:,} of {p.total:,} tasks"), p.message
+            # Spark's own counts; or, for an operation shorter than Spark's report interval
+            # that ended with none of its stages reported, the task's word that it is done.
+            assert (p.message.startswith(f"Spark: {p.done:,} of {p.total:,} tasks")
+                    or p.message.startswith("Spark: done (too quick")), p.message
     chunks = {p.task_id for p in introspect.progress(dq, spec.job_id)}
     assert len(chunks) >= 2  # both chunks (the split may report too)

@@ -28,6 +28,7 @@ from core.schedule.api import declare, every
 from core.schedule.spec import Schedule
 from core.schedule.store import Schedules
 from tests.conftest import FakeClock, keys_under
+from tests.console_fixtures import ensure_groups
 from tests.mirror_support import mirror
 
 pytestmark = [
@@ -219,6 +220,7 @@ def test_restore_needs_the_admins_permission(django_queue: Queue, redis_client: 
     run("add", "poll", "--every", "10m", "--handler", "poll", "{}")
     mirror_schedules(django_queue)
     lose_redis_data(redis_client, prefix)
+    ensure_groups()  # an earlier test that flushed the database took the migrations' rows
     op = User.objects.create_user("op", password="x")
     op.groups.add(Group.objects.get(name="operator"))
     with pytest.raises(CommandError, match=r"needs the permission core\.change_schedule"):
