@@ -143,12 +143,9 @@ def submit(q: Queue, spec: JobSpec, options: QueueOptions | None = None, *,
     # checked by the first call, before anything is written.
     q.open(handler=HANDLER, request_id=spec.job_id, concurrency=o.concurrency, run_at=run_at,
            delay=delay, **opts)
-    created = rec.put_new(spec.job_id, "spec", spec.to_json())
-    if created:
-        now_ms = int(time.time() * 1000)
-        rec.put(spec.job_id, {"queue": q.name, "created_ms": now_ms})
-        rec.keep_for(spec.job_id, RECORD_TTL_S)
-        rec.index(spec.job_id, now_ms)
+    now_ms = int(time.time() * 1000)
+    created = rec.create(spec.job_id, {"spec": spec.to_json(), "queue": q.name,
+                                       "created_ms": now_ms}, keep_s=RECORD_TTL_S, at_ms=now_ms)
     q.submit_after(spec.job_id, [payload("combine", spec)], handler=HANDLER,
                    request_id=combine_id(spec.job_id), **opts)
     info = introspect.request(q, spec.job_id)

@@ -5,8 +5,8 @@ engine owns their keys (`<prefix>:{Q}:<kind>:<id>` and `<prefix>:{Q}:<kind>s`, u
 queue's hash tag): the application names a kind and an id, never a key.
 
 Plain commands, no script: a record is written by one owner at a time (the submit, then the
-job's own tasks), and each call is one command, or one pipeline where the order is all that
-matters."""
+job's own tasks); each call is one command, and its creation one transaction (MULTI), so that
+it never exists without its expiry and its index entry."""
 
 from __future__ import annotations
 
@@ -64,10 +64,20 @@ class Records:
             with translated(f"{self.kind} record"):
                 self._r.hset(self._key(rid), mapping=dict(values))
 
-    def put_new(self, rid: str, field: str, value: Value) -> bool:
-        """Set `field` unless the record has it; True when this call set it."""
+    def create(self, rid: str, values: Mapping[str, Value], *, keep_s: int, at_ms: int) -> bool:
+        """The record `rid` with `values`, kept `keep_s` seconds and indexed at `at_ms`, in one
+        transaction (a crash cannot leave it without its expiry or its index entry). A record
+        that exists keeps its fields and its place in the index (only its life is renewed);
+        returns True when this call made it (decided by the first of `values`)."""
+        key = self._key(rid)
+        pipe = self._r.pipeline(transaction=True)
+        for field, value in values.items():
+            pipe.hsetnx(key, field, value)
+        pipe.expire(key, keep_s)
+        pipe.zadd(self._keys.record_index(self.kind), {rid: at_ms}, nx=True)
         with translated(f"{self.kind} record"):
-            return bool(self._r.hsetnx(self._key(rid), field, value))
+            replies = pipe.execute()
+        return bool(replies[0])
 
     def keep_for(self, rid: str, seconds: int) -> None:
         """The record expires `seconds` from now."""
@@ -79,11 +89,6 @@ class Records:
             self._r.delete(self._key(rid))
 
     # -- the index by time -----------------------------------------------------------------
-
-    def index(self, rid: str, at_ms: int) -> None:
-        with translated(f"{self.kind} index"):
-            self._r.zadd(self._keys.record_index(self.kind), {validate_id(rid, "record id"):
-                                                              at_ms})
 
     def indexed(self, start: int, stop: int) -> list[str]:
         """Ids by rank in the index, oldest first (`stop` inclusive, as ZRANGE)."""
