@@ -117,3 +117,15 @@ def keyset(
         stamp: dt.datetime = getattr(last, field)
         nxt = f"{(stamp - EPOCH) // MICRO}:{last.pk}"
     return Paged(rows[:limit], nxt, after is None)
+
+
+def successor(prefix: str) -> str | None:
+    """The least string above every string that starts with `prefix` (None: there is none),
+    so that a prefix search is the index range [prefix, successor). Never a lone surrogate,
+    which no database can store."""
+    for i in range(len(prefix) - 1, -1, -1):
+        code = ord(prefix[i])
+        if code < 0x10FFFF:
+            code = 0xE000 if 0xD800 <= code + 1 <= 0xDFFF else code + 1
+            return prefix[:i] + chr(code)
+    return None

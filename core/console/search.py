@@ -31,7 +31,7 @@ from core.models import DeadLetter, Request, SearchDoc
 from core.queue.errors import InvalidInput
 from core.queue.keys import validate_task_id
 
-from .paging import EPOCH, MICRO, PAGE_SIZE, Paged, keyset
+from .paging import EPOCH, MICRO, PAGE_SIZE, Paged, keyset, successor
 from .params import BadParam
 
 MAX_LENGTH = 200  # characters of a query
@@ -226,17 +226,6 @@ class Direct:
 
     def __bool__(self) -> bool:
         return bool(self.requests or self.tasks or self.tenants or self.handlers)
-
-
-def successor(prefix: str) -> str | None:
-    """The least string above every string that starts with `prefix` (None: there is none).
-    Never a lone surrogate, which no database can store."""
-    for i in range(len(prefix) - 1, -1, -1):
-        code = ord(prefix[i])
-        if code < 0x10FFFF:
-            code = 0xE000 if 0xD800 <= code + 1 <= 0xDFFF else code + 1
-            return prefix[:i] + chr(code)
-    return None
 
 
 def direct(query: Query, queues: list[str]) -> Direct:

@@ -12,7 +12,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.urls import reverse
 
 from core.console import params
-from core.console.paging import Paged, db_cursor, keyset, stream_cursor
+from core.console.paging import Paged, db_cursor, keyset, stream_cursor, successor
 from core.console.params import BadParam
 from core.console.queues import queue_from
 from core.models import DeadLetter, Request
@@ -112,7 +112,7 @@ def request_list(request: HttpRequest) -> HttpResponse:
         # prefix itself (the range alone is exact in a byte-ordered collation, SQLite's and
         # PostgreSQL's "C"; under a linguistic one it could leave out ids with punctuation).
         qs = qs.filter(request_id__gte=find, request_id__startswith=find)
-        upper = _successor(find)
+        upper = successor(find)
         if upper is not None:
             qs = qs.filter(request_id__lt=upper)
     paged: Paged[Request] = keyset(qs, field, db_cursor(request))
@@ -130,17 +130,6 @@ def request_list(request: HttpRequest) -> HttpResponse:
     # Poll while something on the page can still change, or new requests can appear (page 1).
     return page(request, "core/requests.html", queue, context, nav="requests",
                 live=any_live or paged.first)
-
-
-def _successor(prefix: str) -> str | None:
-    """The least string above every string that starts with `prefix` (None: there is none,
-    it is all U+10FFFF). Never a lone surrogate, which no database can store."""
-    for i in range(len(prefix) - 1, -1, -1):
-        code = ord(prefix[i])
-        if code < 0x10FFFF:
-            code = 0xE000 if 0xD800 <= code + 1 <= 0xDFFF else code + 1
-            return prefix[:i] + chr(code)
-    return None
 
 
 def _find(queue: Queue, rid: str) -> Row | None:
