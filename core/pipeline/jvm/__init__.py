@@ -174,14 +174,18 @@ _AVAILABLE: dict[str, bool] = {}
 
 
 def available_at(session: SparkSession, target: str) -> bool:
-    """available(session), remembered per worker process and Spark `target` (its address)
-    once Spark answered it: the question costs a failed analysis, 0.1 s or more, on every
-    split otherwise. An error that is no answer (the server went away) is asked again."""
+    """Whether `session`'s Spark has the data source (its jar on the classpath): the
+    embedded server and classic sessions of the project do; a cluster's Connect server may
+    not, and a job there reads whole files (or filters a file's rows) instead. Asked with a
+    read of no slices, which the source itself refuses when it is there; remembered per
+    worker process and Spark `target` (its address) once Spark answered, as the question
+    costs a failed analysis, 0.1 s or more. An error that is no answer (the server went
+    away) is taken as yes, asked again next time, and the chunk's own read will tell."""
     known = _AVAILABLE.get(target)
     if known is None:
         answer = _ask(session)
         if answer is None:
-            return True  # as available() says; the chunk's own read will tell
+            return True
         known = _AVAILABLE[target] = answer
     return known
 
@@ -191,16 +195,8 @@ def known_available(target: str) -> bool | None:
     return _AVAILABLE.get(target)
 
 
-def available(session: SparkSession) -> bool:
-    """Whether `session`'s Spark has the data source (its jar on the classpath): the
-    embedded server and classic sessions of the project do; a cluster's Connect server may
-    not, and a job there reads whole files (or filters a file's rows) instead. Asked with a
-    read of no slices, which the source itself refuses when it is there."""
-    answer = _ask(session)
-    return True if answer is None else answer
-
-
 def _ask(session: SparkSession) -> bool | None:
+    """True or False as Spark answered; None when its error is no answer."""
     try:
         _read(session, "text", []).schema  # noqa: B018  (analysis is the question)
     except Exception as exc:  # which error it is, is the answer
