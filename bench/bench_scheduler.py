@@ -39,7 +39,7 @@ def child(url: str, log: str) -> int:
     """One scheduler process: ticks each second, one JSON line per tick into `log`."""
     import redis
 
-    from core.schedule.scheduler import Scheduler
+    from core.queue.schedule.scheduler import Scheduler
 
     client = redis.Redis.from_url(url, decode_responses=True)
     stop = threading.Event()
@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     import redis
 
     from core.queue import Queue
-    from core.schedule.api import cron, declare
+    from core.queue.schedule.api import cron, declare
 
     rng = random.Random(args.seed)
     with tempfile.TemporaryDirectory() as tmp:

@@ -330,8 +330,8 @@ class AuditEntry(models.Model):
 
 
 class ScheduleRecord(models.Model):
-    """One recurring schedule of one queue (core.schedule), as Redis last said: kept current by
-    the mirror and kept after the schedule is removed, for its history and for
+    """One recurring schedule of one queue (core.queue.schedule), as Redis last said: kept
+    current by the mirror and kept after the schedule is removed, for its history and for
     `manage.py schedule restore` after Redis lost its data.
 
     A schedule removed through core.ops (console, CLI) is marked `removed_by` its actor; one

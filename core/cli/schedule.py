@@ -14,8 +14,8 @@ from django.core.management.base import CommandError
 from core.ops import audit
 from core.ops import schedules as ops
 from core.ops.audit import Actor, os_actor
-from core.schedule.spec import Schedule, parse_every, parse_time, slot_time
-from core.schedule.store import Run, ScheduleState
+from core.queue.schedule.spec import Schedule, parse_every, parse_time, slot_time
+from core.queue.schedule.store import Run, ScheduleState
 
 from .ops import ops_errors
 from .submit import read_tasks

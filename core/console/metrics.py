@@ -18,7 +18,7 @@ from core.conf import get_queue
 from core.models import HandlerTotal
 from core.queue import Queue, RedisReplyError, RedisUnavailable
 from core.queue.metrics import BUCKETS_MS, NBUCKETS
-from core.schedule.store import Schedules
+from core.queue.schedule.store import Schedules
 
 from .aggregates import cached, summary
 from .queues import queue_names

@@ -12,7 +12,7 @@ from typing import Any
 
 from core.models import ScheduleRecord
 from core.queue import InvalidInput
-from core.schedule.spec import (
+from core.queue.schedule.spec import (
     InvalidSchedule,
     Schedule,
     format_every,
@@ -21,7 +21,7 @@ from core.schedule.spec import (
     slot_time,
     zone,
 )
-from core.schedule.store import Run, Schedules, ScheduleState
+from core.queue.schedule.store import Run, Schedules, ScheduleState
 
 FIELDS = ("name", "kind", "handler", "tasks", "job", "timing", "cron", "tz", "every", "start",
           "end", "missed", "missed_max", "overlap", "priority", "concurrency", "tenant",

@@ -1,5 +1,5 @@
 """Recurring schedules in the database: every sampling round, each queue's schedules (read
-through core.schedule's store) are compared with their ScheduleRecord rows and the rows that
+through core.queue.schedule's store) are compared with their ScheduleRecord rows and the rows that
 differ are written; a schedule gone from Redis keeps its row, with `removed_at`.
 
 Cheap when nothing changed: Redis is asked for a few fields per schedule (its version, next
@@ -18,7 +18,7 @@ from django.db import transaction
 
 from core.models import ScheduleRecord
 from core.queue.client import Queue
-from core.schedule.store import ScheduleHead, Schedules, ScheduleState
+from core.queue.schedule.store import ScheduleHead, Schedules, ScheduleState
 
 # Fields that follow the schedule as it fires or is paused, written when they differ.
 FOLLOWED = ["version", "paused", "paused_by", "next_run", "last_slot", "fired", "skipped",

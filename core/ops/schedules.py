@@ -1,6 +1,6 @@
 """Operator actions on recurring schedules, for the console and `manage.py schedule`: each
 checks its permission (operators run now, pause and resume; admins create, edit, delete and
-restore), acts through core.schedule's store, and writes one audit entry (a refusal too)."""
+restore), acts through core.queue.schedule's store, and writes one audit entry (a refusal too)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import Any, TypeVar
 from core.mirror.schedules import mark_removed
 from core.models import ScheduleRecord
 from core.queue import InvalidInput, QueueError, RedisUnavailable, StateChanged
-from core.schedule.spec import InvalidSchedule, Schedule
-from core.schedule.store import Change, Schedules, UnknownSchedule
+from core.queue.schedule.spec import InvalidSchedule, Schedule
+from core.queue.schedule.store import Change, Schedules, UnknownSchedule
 
 from . import audit
 from .actions import check_permission, open_queue

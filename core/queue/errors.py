@@ -2,7 +2,7 @@
 engine raises is a QueueError.
 
     QueueadminError                   every exception the project raises
-    ├── QueueError                    the engine (core.queue), schedules (core.schedule)
+    ├── QueueError                    the engine (core.queue), schedules (core.queue.schedule)
     ├── WorkerError                   the worker runtime and what handlers raise to steer it
     ├── PipelineError                 data jobs (core.pipeline)
     ├── OpsError                      operator actions (core.ops)

@@ -22,8 +22,8 @@ from core.ops.audit import as_actor
 from core.ops.errors import BadInput, Refused, StaleState
 from core.queue import Queue
 from core.queue.keys import validate_id
-from core.schedule.spec import MISSED, OVERLAP, InvalidSchedule
-from core.schedule.store import Schedules
+from core.queue.schedule.spec import MISSED, OVERLAP, InvalidSchedule
+from core.queue.schedule.store import Schedules
 
 from .common import PERMISSION, console_page, page, polled
 

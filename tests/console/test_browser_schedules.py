@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from core.schedule.store import Schedules
+from core.queue.schedule.store import Schedules
 from tests.console.test_browser import PASSWORD, Stack, browser, running_stack, shots  # noqa: F401
 from tests.console.test_browser_actions import logged_in_pages, manage, queue, until
 

@@ -12,8 +12,8 @@ from django.test import Client
 
 from core.models import AuditEntry
 from core.queue import Queue
-from core.schedule.spec import Schedule
-from core.schedule.store import Schedules
+from core.queue.schedule.spec import Schedule
+from core.queue.schedule.store import Schedules
 from tests.action_fixtures import admin, console, operator, viewer  # noqa: F401
 
 pytestmark = pytest.mark.django_db

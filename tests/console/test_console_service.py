@@ -12,7 +12,7 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 
 from core.queue import Queue
-from core.schedule.store import Schedules
+from core.queue.schedule.store import Schedules
 from core.stack.redis_server import free_port
 from tests.console_fixtures import Seeded, console, groups, seeded, viewer  # noqa: F401
 
@@ -46,7 +46,7 @@ def test_metrics_count_delayed_requests_and_schedules(client: Client, console: Q
     """Delayed requests per queue (and those due within the hour), and the recurring
     schedules per queue: active, paused, ended."""
     from core.conf import get_queue
-    from core.schedule.api import declare, every
+    from core.queue.schedule.api import declare, every
 
     settings.METRICS_TOKEN = "t"
     console.submit([1], handler="echo", delay=600)

@@ -179,7 +179,7 @@ def test_runservices_mirrors_and_fires_schedules_in_one_process_and_stops_on_sig
     """The stack's one process for the mirror, the bulk actions and the scheduler: a schedule
     declared in Redis fires (the scheduler thread) and its request reaches the database (the
     mirror thread); SIGTERM stops all three threads and the process exits 0."""
-    from core.schedule.api import declare, every
+    from core.queue.schedule.api import declare, every
 
     live_queue.submit([1], request_id="before", handler="h")
     declare(live_queue, every("tick", 1, handler="h", tasks=[1]))

@@ -103,7 +103,7 @@ def test_an_admin_reads_the_schedules_history_in_the_admin_and_changes_nothing(
         q: Queue) -> None:
     from core.mirror.schedules import mirror_schedules
     from core.models import ScheduleRecord
-    from core.schedule.api import declare, every
+    from core.queue.schedule.api import declare, every
 
     declare(q, every("poll", "10m", handler="h", tasks=[{}]))
     mirror_schedules(q)

@@ -11,7 +11,7 @@ from django.core.management.base import CommandError
 
 from core.models import AuditEntry
 from core.queue import Queue
-from core.schedule.store import Schedules
+from core.queue.schedule.store import Schedules
 
 pytestmark = pytest.mark.django_db
 

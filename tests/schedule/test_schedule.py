@@ -11,11 +11,11 @@ import pytest
 import redis
 
 from core.queue import Queue
-from core.schedule import fire
-from core.schedule.api import cron, declare, every
-from core.schedule.scheduler import Scheduler
-from core.schedule.spec import InvalidSchedule, Schedule, parse_every
-from core.schedule.store import ScheduleExists, Schedules
+from core.queue.schedule import fire
+from core.queue.schedule.api import cron, declare, every
+from core.queue.schedule.scheduler import Scheduler
+from core.queue.schedule.spec import InvalidSchedule, Schedule, parse_every
+from core.queue.schedule.store import ScheduleExists, Schedules
 from tests.conftest import FakeClock
 
 BERLIN = ZoneInfo("Europe/Berlin")

@@ -23,10 +23,10 @@ from core.models import AuditEntry, ScheduleRecord
 from core.ops import schedules as ops
 from core.ops.audit import Actor
 from core.queue import Queue
-from core.schedule import fire
-from core.schedule.api import declare, every
-from core.schedule.spec import Schedule
-from core.schedule.store import Schedules
+from core.queue.schedule import fire
+from core.queue.schedule.api import declare, every
+from core.queue.schedule.spec import Schedule
+from core.queue.schedule.store import Schedules
 from tests.conftest import FakeClock, keys_under
 from tests.console_fixtures import ensure_groups
 from tests.mirror_support import mirror

@@ -23,7 +23,7 @@ from core.worker.context import WorkerError
 # The first matching prefix names the layer's root.
 LAYERS: list[tuple[str, type[BaseException]]] = [
     ("core.queue", QueueError),
-    ("core.schedule", QueueError),
+    ("core.queue.schedule", QueueError),
     ("core.worker", WorkerError),
     ("core.pipeline", PipelineError),
     ("core.ops", OpsError),

@@ -123,7 +123,7 @@ def test_the_wheel_carries_what_the_product_needs(installed: Installed, tmp_path
     for needed in ("queueadmin/templates/base.html", "queueadmin/templates/core/overview.html",
                    "queueadmin/static/core/console.css", "queueadmin/static/core/console.js",
                    "core/queue/lua/dequeue.lua", "core/queue/lua/_base.lua",
-                   "core/schedule/lua/claim.lua", "core/pipeline/log4j2.properties",
+                   "core/queue/schedule/lua/claim.lua", "core/pipeline/log4j2.properties",
                    "core/pipeline/spark_functions.txt",
                    "core/pipeline/jvm/src/org/queueadmin/spark/Slices.java"):
         assert (package / needed).is_file(), needed

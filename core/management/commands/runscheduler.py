@@ -14,7 +14,7 @@ from django.core.management.base import BaseCommand
 from core.cli import command_errors
 from core.conf import redis_client
 from core.queue.keys import validate_id
-from core.schedule.scheduler import Scheduler
+from core.queue.schedule.scheduler import Scheduler
 
 
 class Command(BaseCommand):

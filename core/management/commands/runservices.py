@@ -18,7 +18,7 @@ from django.db import connections
 from core.conf import get_queue, redis_client
 from core.mirror import MirrorConfig, run_mirror
 from core.ops.runner import run_actions
-from core.schedule.scheduler import Scheduler
+from core.queue.schedule.scheduler import Scheduler
 
 log = logging.getLogger("queueadmin.services")
 JOIN_POLL_S = 0.5  # the main thread wakes to take signals while the loops run

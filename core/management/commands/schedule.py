@@ -15,7 +15,7 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from core.cli import actor_option, add_actor_option, raw_stream
 from core.cli import schedule as cli
-from core.schedule.spec import DEFAULT_MISSED_MAX, MISSED, OVERLAP
+from core.queue.schedule.spec import DEFAULT_MISSED_MAX, MISSED, OVERLAP
 
 
 class IntermixedParser(CommandParser):

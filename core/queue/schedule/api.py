@@ -1,7 +1,7 @@
 """Schedules defined in code: a deploy declares them, and declaring the same one again changes
 nothing (idempotent upsert).
 
-    from core.schedule.api import declare, every, cron
+    from core.queue.schedule.api import declare, every, cron
     declare(queue, cron("nightly", "30 2 * * *", tz="Europe/Berlin",
                         handler="aggregate", tasks=[{"day": "yesterday"}]))
 """
