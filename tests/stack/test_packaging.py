@@ -178,8 +178,10 @@ def test_runstack_from_the_wheel_serves_the_console_with_its_assets(
             assert (var / made).exists(), made
         # Its workers (run as `python -m queueadmin`) run tasks: the installed command submits
         # one and waits for it.
-        done = _run([installed.bin("queueadmin"), "submit", "{}", "--handler", "noop", "--wait",
-                     "--timeout", "30"], cwd=home, env=env)
+        # (--any-handler: "up" is the console's answer; a worker may announce its handlers a
+        # moment later on a busy machine.)
+        done = _run([installed.bin("queueadmin"), "submit", "{}", "--handler", "noop",
+                     "--any-handler", "--wait", "--timeout", "30"], cwd=home, env=env)
         assert "done" in done.stdout + done.stderr
 
         _check_in_browser(stack)
