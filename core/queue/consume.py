@@ -12,6 +12,7 @@ import orjson
 from .base import int_in, leases_from_reply, translated
 from .errors import InvalidInput, LeaseLost
 from .keys import validate_id
+from .metrics import Tally
 from .metrics import token as timing_token
 from .metrics import tokens as timing_tokens
 from .models import FailOutcome, Lease, Reaped
@@ -47,11 +48,16 @@ class Consumer(Results):
         lease_ms: int = 0,
         idle_handoff: bool = False,
         durations: Sequence[float | None] | None = None,
+        tally: Tally | None = None,
+        handlers: Sequence[str] = (),
     ) -> tuple[list[bool], list[Lease], int]:
         """Acknowledge `acks`, then lease up to `count` tasks: one round trip.
 
         `durations`: how long each acked task ran (seconds, in the order of `acks`; None for
         one not timed), for its handler's metrics; an accepted ack counts as done there.
+        With a `tally` (a worker's) and the acks' `handlers`, the accepted acks are counted
+        in it instead, and the call carries what the tally has kept for a second or more
+        (core/queue/metrics.py): one-task acks then write nothing more than the ack.
         `lease_ms` (0: each request's own) is how long the leases last unless renewed. With
         `idle_handoff`, a call that leases nothing registers the consumer as idle: work that
         arrives while nothing else waits is then leased to it at once and pushed to its
@@ -64,15 +70,43 @@ class Consumer(Results):
         validate_id(consumer, "consumer name")  # "~waiting" & co. are the engine's own
         int_in(count, "count", 0, 1000)
         check_lease_ms(lease_ms)
-        return self._dequeue_call(consumer, count, acks, lease_ms, idle_handoff, durations)
+        if tally is None or not self.metrics:
+            return self._dequeue_call(consumer, count, acks, lease_ms, idle_handoff, durations)
+        if len(handlers) != len(acks) or durations is None or len(durations) != len(acks):
+            raise InvalidInput(f"{len(acks)} acks need as many handlers and durations, got "
+                               f"{len(handlers)} and {len(durations or ())}")
+        counts = tally.take_due()
+        try:
+            reply = self._dequeue_call(consumer, count, acks, lease_ms, idle_handoff,
+                                       tallied=counts)
+        except BaseException:
+            tally.put_back(counts)  # the call may not have run: counted with the next one
+            raise
+        tally.add(handlers, durations, reply[0])
+        return reply
+
+    def send_tally(self, tally: Tally, *, force: bool = False) -> None:
+        """Send what a worker's tally has held for a second (all it holds with `force`: a
+        worker stopping), if anything; no round trip when there is nothing to send."""
+        counts = tally.take() if force else tally.take_due()
+        if counts and self.metrics:
+            try:
+                self._dequeue_call("-", 0, (), 0, False, tallied=counts)
+            except BaseException:
+                tally.put_back(counts)
+                raise
 
     def _dequeue_call(
         self, consumer: str, count: int, acks: Sequence[str], lease_ms: int, idle: bool,
-        durations: Sequence[float | None] | None = None,
+        durations: Sequence[float | None] | None = None, *, tallied: str | None = None,
     ) -> tuple[list[bool], list[Lease], int]:
-        timings = timing_tokens(len(acks), durations) if self.metrics and acks else ""
+        if tallied is not None:  # the acks' times go to the tally, not as tokens
+            timings = ""
+        else:
+            tallied = ""
+            timings = timing_tokens(len(acks), durations) if self.metrics and acks else ""
         reply = self._run("dequeue", [self._now(), consumer, count, lease_ms, 1 if idle else 0,
-                                      timings, *acks])
+                                      timings, tallied, *acks])
         return [r == 1 for r in reply[0]], leases_from_reply(reply[2]), int(reply[1])
 
     def dequeue(self, consumer: str, count: int = 1) -> list[Lease]:

@@ -1,8 +1,9 @@
 """Finished tasks whose ack has not been sent yet, per slot. Acks normally ride on the slot's
 next dequeue (one round trip for both); the worker's flusher sends any that waited longer
 than a moment, so a quick task's ack is not held back behind a slow task of the same batch
-(and lost if the worker dies during it). Each ack carries its run's time (seconds), which the
-engine counts in the handler's metrics when it accepts the ack."""
+(and lost if the worker dies during it). Each ack carries its run's time (seconds) and its
+handler, for the handler's metrics: counted in the worker's Tally once the engine accepts the
+ack (core/queue/metrics.py)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,12 @@ from typing import NamedTuple
 
 
 class Acks(NamedTuple):
-    """Lease tokens and, in the same order, how long each task ran (seconds)."""
+    """Lease tokens and, in the same order, how long each task ran (seconds) and its
+    handler."""
 
     tokens: list[str]
     durations: list[float | None]
+    handlers: list[str]
 
 
 class PendingAcks:
@@ -23,14 +26,15 @@ class PendingAcks:
 
     def __init__(self, queues: list[str]) -> None:
         self._lock = threading.Lock()
-        self._by_queue: dict[str, Acks] = {q: Acks([], []) for q in queues}
+        self._by_queue: dict[str, Acks] = {q: Acks([], [], []) for q in queues}
         self._since: float | None = None  # when the oldest pending ack was added
 
-    def add(self, queue: str, token: str, duration: float | None = None) -> None:
+    def add(self, queue: str, token: str, duration: float | None, handler: str) -> None:
         with self._lock:
             acks = self._by_queue[queue]
             acks.tokens.append(token)
             acks.durations.append(duration)
+            acks.handlers.append(handler)
             if self._since is None:
                 self._since = time.monotonic()
 
@@ -38,7 +42,7 @@ class PendingAcks:
         """Everything pending for `queue`; the caller sends it, or puts it back."""
         with self._lock:
             acks = self._by_queue[queue]
-            self._by_queue[queue] = Acks([], [])
+            self._by_queue[queue] = Acks([], [], [])
             if not any(a.tokens for a in self._by_queue.values()):
                 self._since = None
             return acks
@@ -49,7 +53,7 @@ class PendingAcks:
             if self._since is None or time.monotonic() - self._since < age:
                 return {}
             taken = {q: a for q, a in self._by_queue.items() if a.tokens}
-            self._by_queue = {q: Acks([], []) for q in self._by_queue}
+            self._by_queue = {q: Acks([], [], []) for q in self._by_queue}
             self._since = None
             return taken
 
@@ -61,5 +65,6 @@ class PendingAcks:
             mine = self._by_queue[queue]
             mine.tokens[:0] = acks.tokens
             mine.durations[:0] = acks.durations
+            mine.handlers[:0] = acks.handlers
             if self._since is None:
                 self._since = time.monotonic()

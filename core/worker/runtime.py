@@ -24,6 +24,7 @@ from core.queue import InvalidResult, Lease, LeaseLost, Queue, RedisReplyError, 
 from core.queue.client import wait_for_any
 from core.queue.introspect import drained
 from core.queue.keys import validate_id
+from core.queue.metrics import Tally
 from core.queue.models import FailOutcome
 from core.queue.results import lease_of
 
@@ -122,6 +123,8 @@ class Worker:
         # Finished tasks whose ack rides on the slot's next call; the main thread sends them
         # itself on a hard stop, so finished work is not released and run again.
         self._acks = [PendingAcks([q.name for q in queues]) for _ in range(self.config.slots)]
+        # The handlers' metrics of the accepted acks, sent about once a second per queue.
+        self._tallies = {q.name: Tally() for q in queues}
         self._flusher = threading.Thread(target=self._flush_loop, name="ack-flusher", daemon=True)
         self._flusher_done = threading.Event()
         self.heartbeat = Heartbeat(
@@ -180,6 +183,7 @@ class Worker:
         self._leave_idle()
         if self.hard_stop.is_set():
             self._release_all()
+        self._send_tallies(force=True)
         self.heartbeat.stop()
         self._unregister()
         log.info("worker stopped worker=%s processed=%d failed=%d", self.name, self.processed,
@@ -317,6 +321,7 @@ class Worker:
                     accepted, got, due = q.ack_and_dequeue(
                         self.name, want, pending.tokens, lease_ms=self.config.lease_ms,
                         idle_handoff=self._handoff and want > 0, durations=pending.durations,
+                        tally=self._tallies[q.name], handlers=pending.handlers,
                     )
                 except PASSING as exc:
                     # Unreachable, or an error reply (BUSY, LOADING, OOM...): log once, back
@@ -488,10 +493,23 @@ class Worker:
                         "worker=%s (%s): the task moves on when the lease expires",
                         q.name, ctx.request_id, ctx.task_id, self.name, exc)
 
+    def _send_tallies(self, *, force: bool = False) -> None:
+        """Send the metrics tallied for a second (all of them with `force`) that no slot's
+        call has taken along (an idle or busy worker's)."""
+        for q in self.queues:
+            try:
+                q.send_tally(self._tallies[q.name], force=force)
+            except PASSING as exc:
+                if force:  # stopping: a second of counts is lost, not the work
+                    log.warning("could not send the handlers' metrics queue=%s worker=%s (%s)",
+                                q.name, self.name, exc)
+
     def _flush_loop(self) -> None:
-        """Send acks that waited more than ACK_FLUSH_S for their slot's next call."""
+        """Send acks that waited more than ACK_FLUSH_S for their slot's next call, and the
+        metrics tallied for a second."""
         queues = {q.name: q for q in self.queues}
         while not self._flusher_done.wait(ACK_FLUSH_S):
+            self._send_tallies()
             for pending in self._acks:
                 for name, taken in pending.take_older_than(ACK_FLUSH_S).items():
                     try:
@@ -553,7 +571,7 @@ class Worker:
                            duration=time.perf_counter() - started)
                 return
             ctx.finished = True
-            acks.add(q.name, ack, time.perf_counter() - started)
+            acks.add(q.name, ack, time.perf_counter() - started, lease.handler)
             self._done()
 
     def _fail(self, q: Queue, ctx: TaskContext, error: str, tb: str, *, retry: bool,

@@ -6,16 +6,20 @@ from __future__ import annotations
 
 import pytest
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
-from core.queue import LeaseLost, Queue, introspect
+from core.queue import InvalidInput, LeaseLost, Queue, RedisUnavailable, introspect
 from core.queue.metrics import (
     BUCKETS_MS,
     KEEP_MS,
     NBUCKETS,
     HandlerCounts,
+    Tally,
     bucket_of,
     merged,
     minute_of,
+    parse_tally,
     token,
 )
 from tests.conftest import FakeClock
@@ -145,6 +149,76 @@ def test_a_batch_costs_a_few_commands_whatever_its_size(
     hincrbys(1)  # the stats fields and the minute's key exist from here on
     # stats "done" + the handler's bucket and summed time: 3 for 1 task or 500.
     assert hincrbys(1) == hincrbys(500) == 3
+
+
+def test_a_workers_tally_sends_its_accepted_acks_about_once_a_second(
+    redis_client: redis.Redis, queue: Queue
+) -> None:
+    """The worker's hot path: one-task acks carry no timing; the accepted ones are counted
+    in the worker's Tally and sent with a later call once they have waited flush_s. A
+    one-task ack then costs no metrics write (the budget is 2 us of Redis per task)."""
+    tally = Tally(flush_s=3600)  # nothing is due in this test until forced
+    queue.submit([1, 2, 3], request_id="a", handler="h")
+    queue.submit([1], request_id="b", handler="g")
+
+    def hincrbys() -> int:
+        return int(redis_client.info("commandstats").get("cmdstat_hincrby", {}).get("calls", 0))
+
+    leases = queue.dequeue("w", 4)
+    queue.ack_and_dequeue("w", 0, [leases[0].lease], durations=[0.0001], tally=tally,
+                          handlers=[leases[0].handler])  # the stats field exists from here on
+    before = hincrbys()
+    for lease in leases[1:]:
+        accepted, _, _ = queue.ack_and_dequeue("w", 0, [lease.lease], durations=[0.3],
+                                               tally=tally, handlers=[lease.handler])
+        assert accepted == [True]
+    assert hincrbys() - before == 3  # the stats' "done" per call, nothing for the metrics
+    assert minute(queue) == {}
+    # A refused ack (acked already) is not counted.
+    assert queue.ack_and_dequeue("w", 0, [leases[1].lease], durations=[0.3], tally=tally,
+                                 handlers=[leases[1].handler])[0] == [False]
+
+    queue.send_tally(tally, force=True)
+    got = minute(queue)
+    assert (got["h"].done, got["h"].runs, got["h"].run_us) == (3, 3, 100 + 2 * 300_000)
+    assert got["h"].buckets[0] == 1 and got["h"].buckets[bucket_of(0.3)] == 2
+    assert (got["g"].done, got["g"].run_us) == (1, 300_000)
+    assert tally.take() == ""  # sent: nothing is counted twice
+
+
+def test_a_due_tally_rides_on_the_next_call_and_survives_a_failed_one(
+    queue: Queue, prefix: str, clock: FakeClock
+) -> None:
+    tally = Tally(flush_s=0)  # due as soon as counted
+    queue.submit([1, 2], request_id="a", handler="h")
+    x, y = queue.dequeue("w", 2)
+    queue.ack_and_dequeue("w", 0, [x.lease], durations=[None], tally=tally, handlers=["h"])
+    assert minute(queue) == {}  # counted after the call that acked it...
+    queue.ack_and_dequeue("w", 0, [y.lease], durations=[0.002], tally=tally, handlers=["h"])
+    assert (minute(queue)["h"].done, minute(queue)["h"].runs) == (1, 0)  # ...sent with the next
+    # A call that fails keeps the counts for the one after.
+    nothing = redis.Redis(port=1, decode_responses=True, retry=Retry(NoBackoff(), 0))
+    broken = Queue(nothing, "q", prefix=prefix, clock=clock)
+    with pytest.raises(RedisUnavailable):
+        broken.ack_and_dequeue("w", 1, [], durations=[], tally=tally, handlers=[])
+    queue.ack_and_dequeue("w", 0, [], durations=[], tally=tally, handlers=[])
+    assert (minute(queue)["h"].done, minute(queue)["h"].runs) == (2, 1)
+
+
+def test_a_tally_must_match_its_acks_and_the_engine_skips_junk(
+    redis_client: redis.Redis, queue: Queue
+) -> None:
+    with pytest.raises(InvalidInput, match="handlers and durations"):
+        queue.ack_and_dequeue("w", 0, ["a/1-0/1"], durations=[0.1], tally=Tally(), handlers=[])
+    with pytest.raises(ValueError, match="not a tally field"):
+        parse_tally("h|x 1")
+    assert parse_tally("h|3 2 h|us 40 h|d 1") == [("h|3", 2), ("h|us", 40), ("h|d", 1)]
+    # A hand-made call: only well-formed done fields are added; nothing else is written.
+    queue._run("dequeue", [queue.now_ms(), "w", 0, 0, 0, "",
+                           "h|2 5 h|us 10 h|f 9 h|../x 1 h|d x |3 1 h|d 2"])
+    got = minute(queue)
+    assert set(got) == {"h"}
+    assert (got["h"].done, got["h"].runs, got["h"].failed, got["h"].run_us) == (7, 5, 0, 10)
 
 
 def test_timing_tokens_and_buckets() -> None:

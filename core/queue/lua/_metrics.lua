@@ -1,7 +1,7 @@
 -- lua/_metrics.lua: the handlers' per-minute metrics, counted in memory and written by finish().
 -- One of the engine's helper files (`--@include common` brings them all, in the order of
 -- scripts.py's HELPERS); it may use what the files before it define (_base.lua, _requests.lua).
--- Defines: metrics_of, metric, metric_done, metric_failed_run.
+-- Defines: metrics_of, metric, metric_done, metric_failed_run, metric_tally.
 --
 
 -- Per-handler metrics of this minute (see the header), written by finish(): one HINCRBY per
@@ -44,5 +44,17 @@ local function metric_failed_run(handler, t)
   if us then
     local m = metrics_of(handler)
     m.fus = (m.fus or 0) + tonumber(us)
+  end
+end
+
+-- A worker's tally of acks accepted earlier ("<handler>|<field> <n>" pairs, the fields of a
+-- done task: a bucket index, "us" or "d"): added as they are. Counted whatever METRICS_ON
+-- says (the worker that tallied them had its metrics on); a malformed pair is skipped.
+local function metric_tally(text)
+  for handler, f, n in string.gmatch(text, '([^|%s]+)|(%w+) (%d+)') do
+    if f == 'us' or f == 'd' or string.match(f, '^%d+$') then
+      local m = metrics_of(handler)
+      m[f] = (m[f] or 0) + tonumber(n)
+    end
   end
 end

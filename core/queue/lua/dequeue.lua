@@ -28,7 +28,11 @@ ARGV[6] timings of the acks, for the handlers' metrics (see _metrics.lua): "" = 
         (the client turned metrics off); else one token per ack, separated by spaces, in the
         order of the leases: "<bucket>:<us>" (the run's time) or "-" (counted, not timed).
         Only accepted acks count.
-ARGV[7..] leases to acknowledge, each alone or "<lease> <result JSON>": an accepted ack keeps
+ARGV[7] a worker's tally (core/queue/metrics.py Tally): counts of acks this consumer had
+        accepted earlier, "<handler>|<field> <n>" pairs separated by spaces, added to this
+        minute's metrics (metric_tally()); "" = none. A worker sends its acks' times this way,
+        about once a second, instead of one token per ack in ARGV[6].
+ARGV[8..] leases to acknowledge, each alone or "<lease> <result JSON>": an accepted ack keeps
         the task's result with its request (req:<rid>:results; split_results() and
         store_result() in _requests.lua), a refused one keeps nothing
 
@@ -50,8 +54,9 @@ end
 -- Acks, grouped by request: one ZMSCORE for all, then per request one XACK, one XDEL (none
 -- when the request completes) and one update of its counters, whatever the batch size.
 local acks = {}
-if #ARGV >= 7 then
-  local leases = {unpack(ARGV, 7)}
+if ARGV[7] ~= '' then metric_tally(ARGV[7]) end
+if #ARGV >= 8 then
+  local leases = {unpack(ARGV, 8)}
   local results = split_results(leases)
   local timing  -- ack index -> its token, if metrics are counted
   if ARGV[6] == '' then
