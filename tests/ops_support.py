@@ -34,17 +34,19 @@ def user(name: str, role: str | None, *, staff: bool = False) -> User:
 
 
 @pytest.fixture
-def operator(db: Any) -> User:
+def operator_user(db: Any) -> User:
     return user("otto", "operator")
 
 
 @pytest.fixture
-def viewer(db: Any) -> User:
+def viewer_user(db: Any) -> User:
     return user("vera", "viewer")
 
 
 @pytest.fixture
-def admin_user(db: Any) -> User:
+def admin_role_user(db: Any) -> User:
+    """In the admin group, as `createuser --role admin` makes one (pytest-django's own
+    `admin_user` is a superuser, who has every permission without any group)."""
     return user("ada", "admin", staff=True)
 
 
