@@ -15,15 +15,8 @@ from django.test import Client
 
 from core.models import DeadLetter
 from core.queue import Queue
-from tests.console_fixtures import HOSTILE, console  # noqa: F401
+from tests.console_fixtures import HOSTILE, console, login  # noqa: F401
 from tests.mirror_support import mirror
-from tests.ops_support import user
-
-
-def login(name: str, role: str | None) -> Client:
-    c = Client()
-    c.force_login(user(name, role))  # in the groups exactly as core.ops.perms.GROUPS grants
-    return c
 
 
 @pytest.fixture

@@ -9,12 +9,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import Group
 from django.test import Client
 from django.utils import timezone
 
 from core.models import DeadLetter, QueueSample, Request
 from core.queue import Queue
+from tests.ops_support import user
 
 HOSTILE = '<script>alert(1)</script>"onmouseover=alert(2) x="'
 
@@ -43,33 +44,28 @@ def groups(db: Any) -> None:
     ensure_groups()
 
 
-def _user(name: str, group: str | None) -> User:
-    ensure_groups()
-    user = User.objects.create_user(name)  # no password: force_login, and no hashing cost
-    if group:
-        user.groups.add(Group.objects.get(name=group))
-    return user
+def login(name: str, role: str | None) -> Client:
+    """A Client logged in as a new user `name` in the group of `role` (None: in no group),
+    the group holding exactly what core.ops.perms.GROUPS grants."""
+    c = Client()
+    c.force_login(user(name, role))
+    return c
 
 
 @pytest.fixture
-def viewer(db: Any, client: Client) -> Client:
-    client.force_login(_user("vera", "viewer"))
-    return client
+def viewer(db: Any) -> Client:
+    return login("vera", "viewer")
 
 
 @pytest.fixture
 def operator(db: Any) -> Client:
-    c = Client()
-    c.force_login(_user("otto", "operator"))
-    return c
+    return login("otto", "operator")
 
 
 @pytest.fixture
 def nobody(db: Any) -> Client:
     """Logged in, in no group: may not see the console."""
-    c = Client()
-    c.force_login(_user("nora", None))
-    return c
+    return login("nora", None)
 
 
 @dataclass
