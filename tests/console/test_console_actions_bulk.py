@@ -15,17 +15,8 @@ from django.test import Client
 from django.utils import timezone
 
 from core.models import AuditEntry
-from tests.action_fixtures import (  # noqa: F401
-    HOSTILE,
-    World,
-    admin,
-    console,
-    fail_tasks,
-    operator,
-    stats,
-    viewer,
-    world,
-)
+from tests.action_fixtures import World, fail_tasks, stats
+from tests.console_fixtures import HOSTILE
 from tests.mirror_support import mirror
 
 pytestmark = pytest.mark.django_db
@@ -247,7 +238,7 @@ def test_the_audit_log_escapes_what_it_shows(viewer: Client, world: World) -> No
 
 
 def test_nobody_outside_the_groups_sees_the_audit_log(db: Any, world: World) -> None:
-    from tests.action_fixtures import login
+    from tests.console_fixtures import login
 
     assert login("nora", None).get("/audit/").status_code == 403
 

@@ -33,13 +33,7 @@ from core.pipeline.spec import SpecError
 from core.queue import Queue
 from core.views.actions import SPECS
 from core.views.datajobs import OPTION_FIELDS
-from tests.action_fixtures import (  # noqa: F401  (fixtures)
-    World,
-    admin,
-    console,
-    operator,
-    world,
-)
+from tests.action_fixtures import World
 from tests.action_fixtures import field as field_of
 from tests.console.test_console_datajobs import filled
 

@@ -17,15 +17,7 @@ from core.ops.errors import BadInput, Refused, StaleState
 from core.ops.perms import allowed
 from core.queue import Queue, RedisUnavailable, introspect
 from tests.mirror_support import mirror
-from tests.ops_support import (  # noqa: F401 - fixtures
-    CLI,
-    admin_role_user,
-    dead_letters,
-    last_audit,
-    operator_user,
-    still_dead,
-    viewer_user,
-)
+from tests.ops_support import CLI, dead_letters, last_audit, still_dead
 
 pytestmark = pytest.mark.django_db
 

@@ -18,15 +18,7 @@ from core.ops.errors import BadInput, Refused
 from core.ops.runner import RunnerState, run_actions, step
 from core.queue import Queue, RedisUnavailable, introspect
 from tests.mirror_support import mirror
-from tests.ops_support import (  # noqa: F401 - fixtures
-    admin_role_user,
-    dead_letters,
-    fingerprint_of,
-    last_audit,
-    operator_user,
-    still_dead,
-    viewer_user,
-)
+from tests.ops_support import dead_letters, fingerprint_of, last_audit, still_dead
 
 pytestmark = pytest.mark.django_db
 
