@@ -22,7 +22,7 @@ from core.stack.redis_server import RedisCluster, RedisServer, start_cluster, st
 if TYPE_CHECKING:
     from django.test import Client
 
-    from tests.action_fixtures import World
+    from tests.console_support import World
 
 # Every Spark JVM of the run (the shared session, spawned workers, the CLI's checks) compiles
 # with C1 alone: on the tests' small data it starts ~2.5 s sooner and runs each job faster
@@ -137,7 +137,7 @@ def console(settings: Any, django_queue: Queue) -> Queue:
 @pytest.fixture
 def viewer(db: Any) -> Client:
     """A Client logged in as vera, in the viewer group: may read every page, act on nothing."""
-    from tests.console_fixtures import login
+    from tests.console_support import login
 
     return login("vera", "viewer")
 
@@ -145,7 +145,7 @@ def viewer(db: Any) -> Client:
 @pytest.fixture
 def operator(db: Any) -> Client:
     """A Client logged in as otto, in the operator group (core.ops.perms.GROUPS)."""
-    from tests.console_fixtures import login
+    from tests.console_support import login
 
     return login("otto", "operator")
 
@@ -156,7 +156,7 @@ def world(console: Queue, db: Any) -> World:
     into the database) and an active one whose tasks 0 and 1 are leased to a live worker
     (w-live) and a stale one (w-stale)."""
     from core.models import DeadLetter
-    from tests.action_fixtures import World, fail_tasks
+    from tests.console_support import World, fail_tasks
     from tests.mirror_support import mirror
 
     q = console

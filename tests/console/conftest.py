@@ -5,8 +5,7 @@ stack started by tests/console/test_browser.py.
 Here: the fixtures only the console's tests use (an admin's and a groupless user's Clients, the
 roles' groups, a queue with something on every page). The console's queue (`console`), the
 viewer's and the operator's Clients and the action tests' `world` are in tests/conftest.py, as
-other folders use them too; helpers that are not fixtures are in tests/console_fixtures.py and
-tests/action_fixtures.py."""
+other folders use them too; helpers that are not fixtures are in tests/console_support.py."""
 
 from __future__ import annotations
 
@@ -19,7 +18,7 @@ from django.utils import timezone
 
 from core.models import DeadLetter, QueueSample, Request
 from core.queue import Queue
-from tests.console_fixtures import HOSTILE, Seeded, ensure_groups, login
+from tests.console_support import HOSTILE, Seeded, ensure_groups, login
 
 
 @pytest.fixture

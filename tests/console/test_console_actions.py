@@ -14,7 +14,7 @@ from django.test import Client
 from core.models import AuditEntry
 from core.queue import introspect
 from core.stack.redis_server import free_port
-from tests.action_fixtures import World, field, has_action_buttons, stats
+from tests.console_support import World, field, has_action_buttons, stats
 
 pytestmark = pytest.mark.django_db
 
@@ -313,7 +313,7 @@ def test_action_pages_escape_what_was_posted_and_keep_the_csp(
 def test_the_pages_forms_post_only_with_csrf(world: World, db: Any) -> None:
     from django.contrib.auth.models import User
 
-    from tests.console_fixtures import login
+    from tests.console_support import login
 
     login("otto2", "operator")
     strict = Client(enforce_csrf_checks=True)
@@ -330,7 +330,7 @@ def test_the_pages_forms_post_only_with_csrf(world: World, db: Any) -> None:
 
 
 def test_an_account_outside_the_groups_is_refused_and_audited(world: World, db: Any) -> None:
-    from tests.console_fixtures import login
+    from tests.console_support import login
 
     nobody = login("nora", None)
     response = nobody.post("/actions/requeue/", {"queue": "default", "dead": world.dead_ids})

@@ -15,8 +15,7 @@ from django.test import Client
 from django.utils import timezone
 
 from core.models import AuditEntry
-from tests.action_fixtures import World, fail_tasks, stats
-from tests.console_fixtures import HOSTILE
+from tests.console_support import HOSTILE, World, fail_tasks, stats
 from tests.mirror_support import mirror
 
 pytestmark = pytest.mark.django_db
@@ -238,7 +237,7 @@ def test_the_audit_log_escapes_what_it_shows(viewer: Client, world: World) -> No
 
 
 def test_nobody_outside_the_groups_sees_the_audit_log(db: Any, world: World) -> None:
-    from tests.console_fixtures import login
+    from tests.console_support import login
 
     assert login("nora", None).get("/audit/").status_code == 403
 

@@ -8,7 +8,7 @@ import pytest
 from django.test import Client
 
 from core.queue import Queue
-from tests.console_fixtures import Seeded
+from tests.console_support import Seeded
 
 pytestmark = pytest.mark.django_db
 

@@ -18,7 +18,7 @@ from core.console import search
 from core.mirror.apply import apply_batch
 from core.models import Request, SearchDoc
 from core.queue import Queue
-from tests.console_fixtures import HOSTILE, Seeded
+from tests.console_support import HOSTILE, Seeded
 from tests.mirror_support import finish, mirror
 
 pytestmark = [
