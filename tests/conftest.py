@@ -137,17 +137,17 @@ def console(settings: Any, django_queue: Queue) -> Queue:
 @pytest.fixture
 def viewer(db: Any) -> Client:
     """A Client logged in as vera, in the viewer group: may read every page, act on nothing."""
-    from tests.console_support import login
+    from tests.console_support import logged_in_client
 
-    return login("vera", "viewer")
+    return logged_in_client("vera", "viewer")
 
 
 @pytest.fixture
 def operator(db: Any) -> Client:
     """A Client logged in as otto, in the operator group (core.ops.perms.GROUPS)."""
-    from tests.console_support import login
+    from tests.console_support import logged_in_client
 
-    return login("otto", "operator")
+    return logged_in_client("otto", "operator")
 
 
 @pytest.fixture

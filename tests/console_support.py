@@ -29,7 +29,7 @@ def ensure_groups() -> None:
         Group.objects.get_or_create(name=name)[0].permissions.add(perm)
 
 
-def login(name: str, role: str | None) -> Client:
+def logged_in_client(name: str, role: str | None) -> Client:
     """A Client logged in as a new user `name` in the group of `role` (None: in no group),
     the group holding exactly what core.ops.perms.GROUPS grants."""
     c = Client()

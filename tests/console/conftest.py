@@ -18,19 +18,19 @@ from django.utils import timezone
 
 from core.models import DeadLetter, QueueSample, Request
 from core.queue import Queue
-from tests.console_support import HOSTILE, Seeded, ensure_groups, login
+from tests.console_support import HOSTILE, Seeded, ensure_groups, logged_in_client
 
 
 @pytest.fixture
 def admin(db: Any) -> Client:
     """A Client logged in as ada, in the admin group (every action of the console)."""
-    return login("ada", "admin")
+    return logged_in_client("ada", "admin")
 
 
 @pytest.fixture
 def nobody(db: Any) -> Client:
     """Logged in, in no group: may not see the console."""
-    return login("nora", None)
+    return logged_in_client("nora", None)
 
 
 @pytest.fixture

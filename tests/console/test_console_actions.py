@@ -313,9 +313,9 @@ def test_action_pages_escape_what_was_posted_and_keep_the_csp(
 def test_the_pages_forms_post_only_with_csrf(world: World, db: Any) -> None:
     from django.contrib.auth.models import User
 
-    from tests.console_support import login
+    from tests.console_support import logged_in_client
 
-    login("otto2", "operator")
+    logged_in_client("otto2", "operator")
     strict = Client(enforce_csrf_checks=True)
     strict.force_login(User.objects.get(username="otto2"))
     response = strict.post("/actions/requeue/", {"queue": "default", "dead": world.dead_ids})
@@ -330,9 +330,9 @@ def test_the_pages_forms_post_only_with_csrf(world: World, db: Any) -> None:
 
 
 def test_an_account_outside_the_groups_is_refused_and_audited(world: World, db: Any) -> None:
-    from tests.console_support import login
+    from tests.console_support import logged_in_client
 
-    nobody = login("nora", None)
+    nobody = logged_in_client("nora", None)
     response = nobody.post("/actions/requeue/", {"queue": "default", "dead": world.dead_ids})
     assert response.status_code == 403
     assert AuditEntry.objects.filter(refused=True, actor="nora", action="requeue").exists()

@@ -237,9 +237,9 @@ def test_the_audit_log_escapes_what_it_shows(viewer: Client, world: World) -> No
 
 
 def test_nobody_outside_the_groups_sees_the_audit_log(db: Any, world: World) -> None:
-    from tests.console_support import login
+    from tests.console_support import logged_in_client
 
-    assert login("nora", None).get("/audit/").status_code == 403
+    assert logged_in_client("nora", None).get("/audit/").status_code == 403
 
 
 def test_no_cancel_all_for_a_range_of_finish_times(operator: Client, world: World) -> None:
