@@ -1,15 +1,18 @@
 """The console's tests (core/views, core/console, templates): pages, actions, junk input,
-rendering, and real-browser tests (Playwright on Debian's chromium, marked slow) against a
-stack started by tests/console/test_browser.py.
+rendering, and real-browser tests (test_browser*.py: Playwright on Debian's chromium, marked
+slow), each module against a `manage.py runstack` of its own (its module-scoped `stack`).
 
-Here: the fixtures only the console's tests use (an admin's and a groupless user's Clients, the
-roles' groups, a queue with something on every page). The console's queue (`console`), the
-viewer's and the operator's Clients and the action tests' `world` are in tests/conftest.py, as
-other folders use them too; helpers that are not fixtures are in tests/console_support.py."""
+Here: the fixtures only the console's tests use: an admin's and a groupless user's Clients, the
+roles' groups, a queue with something on every page; and the browser tests' browser, pages and
+accounts. The console's queue (`console`), the viewer's and the operator's Clients and the
+action tests' `world` are in tests/conftest.py, as other folders use them too. Helpers that are
+not fixtures: tests/console_support.py, tests/browser_support.py."""
 
 from __future__ import annotations
 
 import datetime as dt
+import re
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -18,6 +21,14 @@ from django.utils import timezone
 
 from core.models import DeadLetter, QueueSample, Request
 from core.queue import Queue
+from tests.browser_support import (
+    CHROMIUM,
+    PASSWORD,
+    SCREENSHOTS,
+    Stack,
+    logged_in_pages,
+    manage,
+)
 from tests.console_support import HOSTILE, Seeded, ensure_groups, logged_in_client
 
 
@@ -81,3 +92,66 @@ def seeded(console: Queue, db: Any) -> Seeded:
         for i in range(70)
     )
     return Seeded(running, failed, "old-1", fp, "w-1")
+
+
+# -- browser tests: each module defines the `stack` these run against ----------------------
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser: Any, stack: Stack) -> Iterator[Any]:
+    """A page logged in as the stack's admin, through the login form as a user would."""
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    pg = context.new_page()
+    errors: list[str] = []
+    pg.on("pageerror", lambda exc: errors.append(str(exc)))
+    pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    pg.goto(stack.url("/"))
+    assert "/login/" in pg.url
+    pg.fill("input[name=username]", "admin")
+    pg.fill("input[name=password]", PASSWORD)
+    pg.click("button[type=submit]")
+    pg.wait_for_url(re.compile(r".*/(\?.*)?$"))
+    yield pg
+    context.close()
+    # No script error and no CSP refusal on any page the test opened.
+    assert errors == []
+
+
+@pytest.fixture
+def shots(request: pytest.FixtureRequest) -> Any:
+    """shots(page, name): with --screenshots, the whole page saved as var/screenshots/<name>.png."""
+    wanted = request.config.getoption("--screenshots")
+
+    def shot(pg: Any, name: str) -> None:
+        if wanted:
+            SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+            pg.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+
+    return shot
+
+
+@pytest.fixture(scope="module")
+def accounts(stack: Stack) -> dict[str, str]:
+    """An operator and a viewer, made as an administrator would (createuser)."""
+    out = {}
+    for name, role in (("otto", "operator"), ("vera", "viewer")):
+        said = manage(stack, "createuser", name, "--role", role)
+        out[name] = said.rsplit(": ", 1)[1].strip()
+    return out
+
+
+@pytest.fixture
+def login(browser: Any, stack: Stack, accounts: dict[str, str]) -> Iterator[Callable[[str], Any]]:
+    """login(name) -> a page logged in through the login form as one of `accounts`; no script
+    error or CSP refusal allowed on any page it opens."""
+    yield from logged_in_pages(browser, stack, accounts)
