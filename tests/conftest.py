@@ -1,5 +1,8 @@
-"""Shared fixtures: a redis-server the suite starts itself, a fresh key prefix per test, and
-a clock the test controls."""
+"""Fixtures of more than one folder of tests: a redis-server the suite starts itself, a fresh key
+prefix per test, a clock the test controls; the Django side (django_queue, the console's queue,
+logged-in Clients by role, a queue with dead letters and leases); worker processes; a Redis
+Cluster. A fixture of one folder lives in that folder's conftest.py; helpers that are not
+fixtures live in the tests/*_support.py modules. No test imports a fixture by name."""
 
 from __future__ import annotations
 
@@ -8,13 +11,18 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import redis
 
 from core.queue import Queue
 from core.stack.redis_server import RedisCluster, RedisServer, start_cluster, start_redis
+
+if TYPE_CHECKING:
+    from django.test import Client
+
+    from tests.console_support import World
 
 # Every Spark JVM of the run (the shared session, spawned workers, the CLI's checks) compiles
 # with C1 alone: on the tests' small data it starts ~2.5 s sooner and runs each job faster
@@ -116,6 +124,63 @@ def django_queue(settings: Any, redis_server: RedisServer, prefix: str) -> Queue
     settings.REDIS_URL = redis_server.url
     settings.QUEUE_PREFIX = prefix
     return get_queue()
+
+
+@pytest.fixture
+def console(settings: Any, django_queue: Queue) -> Queue:
+    """The default queue on the suite's Redis, with the console's cache off (every request
+    reads Redis, so a test sees what it just wrote)."""
+    settings.CONSOLE_CACHE_S = 0
+    return django_queue
+
+
+@pytest.fixture
+def viewer(db: Any) -> Client:
+    """A Client logged in as vera, in the viewer group: may read every page, act on nothing."""
+    from tests.console_support import logged_in_client
+
+    return logged_in_client("vera", "viewer")
+
+
+@pytest.fixture
+def operator(db: Any) -> Client:
+    """A Client logged in as otto, in the operator group (core.ops.perms.GROUPS)."""
+    from tests.console_support import logged_in_client
+
+    return logged_in_client("otto", "operator")
+
+
+@pytest.fixture
+def world(console: Queue, db: Any) -> World:
+    """The console's queue with a failed request of three dead letters (in Redis, and mirrored
+    into the database) and an active one whose tasks 0 and 1 are leased to a live worker
+    (w-live) and a stale one (w-stale)."""
+    from core.models import DeadLetter
+    from tests.console_support import World, fail_tasks
+    from tests.mirror_support import mirror
+
+    q = console
+    failed = q.submit([{"row": i} for i in range(3)], handler="echo", request_id="bad-1",
+                      max_attempts=1, tenant="acme").request_id
+    fail_tasks(q, failed, 3)
+    now = q.now_ms()
+    q.heartbeat("w-live", {"host": "h", "pid": 1, "dead_after_ms": 60_000, "queues": ["default"]})
+    running = q.submit([{"n": i} for i in range(4)], handler="echo", request_id="run-1",
+                       concurrency=4).request_id
+    [live] = q.dequeue("w-live", 1)
+    [stale] = q.dequeue("w-stale", 1)
+    # w-stale last beat 8 s ago with a dead-after of 10 s: stale, not gone.
+    q.heartbeat("w-stale", {"host": "h", "pid": 2, "dead_after_ms": 10_000,
+                            "queues": ["default"],
+                            "tasks": [{"queue": "default", "request": running,
+                                       "task": stale.task_id, "since": now}]})
+    q.redis.zadd(q.keys.workers, {"w-stale": now - 8_000})
+    mirror(q)
+    letters = list(DeadLetter.objects.filter(queue="default", request_id=failed)
+                   .order_by("entry_id"))
+    assert len(letters) == 3
+    return World(q, failed, [d.entry_id for d in letters], letters[0].fingerprint, running,
+                 live.task_id, stale.task_id)
 
 
 def keys_under(client: redis.Redis, prefix: str) -> list[str]:

@@ -1,11 +1,8 @@
-"""What the service-layer tests (tests/test_ops_*.py) share: users by role, dead letters in
-Redis and mirrored into the database, and a look at the audit log."""
+"""What the service-layer tests share besides their fixtures (tests/ops/conftest.py): users by
+role, dead letters in Redis and mirrored into the database, and a look at the audit log."""
 
 from __future__ import annotations
 
-from typing import Any
-
-import pytest
 from django.contrib.auth.models import Group, Permission, User
 
 from core.models import AuditEntry, DeadLetter
@@ -31,21 +28,6 @@ def user(name: str, role: str | None, *, staff: bool = False) -> User:
     if role:
         u.groups.add(Group.objects.get(name=role))
     return User.objects.get(pk=u.pk)  # fresh: no permission cache from before the group
-
-
-@pytest.fixture
-def operator(db: Any) -> User:
-    return user("otto", "operator")
-
-
-@pytest.fixture
-def viewer(db: Any) -> User:
-    return user("vera", "viewer")
-
-
-@pytest.fixture
-def admin_user(db: Any) -> User:
-    return user("ada", "admin", staff=True)
 
 
 CLI = Actor("os:tester", None, "cli")

@@ -16,22 +16,14 @@ import re
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import redis
 
-from core.queue import Queue
-from tests.console.test_browser import (  # noqa: F401
-    ROOT,
-    Stack,
-    browser,
-    running_stack,
-    shots,
-)
+from tests.browser_support import ROOT, Stack, manage, queue, require_browser, running_stack, until
 
+require_browser()
 pytestmark = pytest.mark.slow
 
 
@@ -40,73 +32,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     var = tmp_path_factory.mktemp("browser-actions-var")
     with running_stack(var, {"QA_HANDLER_MODULES": "tests.browser_handlers"}) as running:
         yield running
-
-
-def manage(stack: Stack, *args: str) -> str:
-    done = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=stack.env,
-                          capture_output=True, text=True, timeout=60, check=True)
-    return done.stdout
-
-
-@pytest.fixture(scope="module")
-def accounts(stack: Stack) -> dict[str, str]:
-    """An operator and a viewer, made as an administrator would (createuser)."""
-    out = {}
-    for name, role in (("otto", "operator"), ("vera", "viewer")):
-        said = manage(stack, "createuser", name, "--role", role)
-        out[name] = said.rsplit(": ", 1)[1].strip()
-    return out
-
-
-def logged_in_pages(browser: Any, stack: Stack, accounts: dict[str, str],
-                    expected: Callable[[Any], bool] = lambda message: False
-                    ) -> Iterator[Callable[[str], Any]]:
-    """Yields login(name) -> a page logged in through the login form; no script error, CSP
-    refusal or failed load allowed on any page it opens, but the console errors `expected`
-    says a test asked for."""
-    contexts: list[Any] = []
-    errors: list[str] = []
-
-    def logged(m: Any) -> None:
-        if m.type == "error" and not expected(m):
-            errors.append(m.text)
-
-    def open_as(name: str) -> Any:
-        context = browser.new_context(viewport={"width": 1400, "height": 900})
-        contexts.append(context)
-        pg = context.new_page()
-        pg.on("pageerror", lambda exc: errors.append(str(exc)))
-        pg.on("console", logged)
-        pg.goto(stack.url("/login/"))
-        pg.fill("input[name=username]", name)
-        pg.fill("input[name=password]", accounts[name])
-        pg.click("button[type=submit]")
-        pg.wait_for_url(re.compile(r".*/(\?.*)?$"))
-        return pg
-
-    yield open_as
-    for context in contexts:
-        context.close()
-    assert errors == []
-
-
-@pytest.fixture
-def login(browser: Any, stack: Stack, accounts: dict[str, str]) -> Iterator[Callable[[str], Any]]:
-    """login(name) -> a page logged in through the login form; no script error or CSP
-    refusal allowed on any page it opens."""
-    yield from logged_in_pages(browser, stack, accounts)
-
-
-def queue(stack: Stack, name: str = "default") -> Queue:
-    return Queue(redis.Redis.from_url(stack.redis_url, decode_responses=True), name)
-
-
-def until(condition: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
-        time.sleep(0.1)
-    return value
 
 
 def test_requeue_a_fingerprint_group_from_its_preview_and_the_request_finishes(

@@ -26,10 +26,17 @@ import tests.pipeline_handlers  # noqa: F401  (registers the transform make_spec
 from core.pipeline import jobs
 from core.pipeline.check import make_spec
 from core.stack.redis_server import free_port
-from tests.console.test_browser import Stack, browser, running_stack, shots  # noqa: F401
-from tests.console.test_browser_actions import accounts, logged_in_pages, queue, until  # noqa: F401
+from tests.browser_support import (
+    Stack,
+    logged_in_pages,
+    queue,
+    require_browser,
+    running_stack,
+    until,
+)
 from tests.pipeline_support import flights
 
+require_browser()
 pytestmark = pytest.mark.slow
 
 FIRST_JOB_S = 300  # the stack starts and warms its Spark Connect server: slow on 2 shared cores
@@ -57,7 +64,7 @@ REFUSED = "/jobs/submit/"  # a refused form answers 400, which Chromium logs as 
 
 @pytest.fixture
 def login(browser: Any, stack: Stack, accounts: dict[str, str]) -> Iterator[Callable[[str], Any]]:
-    """tests.console.test_browser_actions' login(name), except that the form's own 400 (a refusal
+    """tests/console/conftest.py's login(name), except that the form's own 400 (a refusal
     the test asked for) is not counted as an error; every other script error, CSP refusal or
     failed load is."""
     yield from logged_in_pages(browser, stack, accounts, expected=lambda m: (

@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from tests.console.test_browser import Stack, browser, page, queue, running_stack, shots  # noqa: F401
+from tests.browser_support import Stack, queue, require_browser, running_stack
 
+require_browser()
 pytestmark = pytest.mark.slow
 
 

@@ -6,15 +6,23 @@ outcome follow in the last runs, pauses and resumes it; the admin edits it."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from core.queue.schedule.store import Schedules
-from tests.console.test_browser import PASSWORD, Stack, browser, running_stack, shots  # noqa: F401
-from tests.console.test_browser_actions import logged_in_pages, manage, queue, until
+from tests.browser_support import (
+    PASSWORD,
+    Stack,
+    manage,
+    queue,
+    require_browser,
+    running_stack,
+    until,
+)
 
+require_browser()
 pytestmark = pytest.mark.slow
 
 
@@ -29,12 +37,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 def accounts(stack: Stack) -> dict[str, str]:
     said = manage(stack, "createuser", "otto", "--role", "operator")
     return {"otto": said.rsplit(": ", 1)[1].strip(), "admin": PASSWORD}
-
-
-@pytest.fixture
-def login(browser: Any, stack: Stack, accounts: dict[str, str]
-          ) -> Iterator[Callable[[str], Any]]:
-    yield from logged_in_pages(browser, stack, accounts)
 
 
 def test_create_with_preview_run_now_pause_and_edit(stack: Stack, login: Any,

@@ -12,15 +12,9 @@ from typing import Any
 
 import pytest
 
-from tests.console.test_browser import (  # noqa: F401
-    Stack,
-    browser,
-    page,
-    queue,
-    running_stack,
-    shots,
-)
+from tests.browser_support import Stack, queue, require_browser, running_stack
 
+require_browser()
 pytestmark = pytest.mark.slow
 
 

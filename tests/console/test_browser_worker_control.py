@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from core.queue import introspect
-from tests.console.test_browser import Stack, browser, page, running_stack, shots  # noqa: F401
-from tests.console.test_browser_actions import queue, until
+from tests.browser_support import Stack, queue, require_browser, running_stack, until
 
+require_browser()
 pytestmark = pytest.mark.slow
 
 

@@ -14,17 +14,7 @@ from django.test import Client
 from core.models import AuditEntry
 from core.queue import introspect
 from core.stack.redis_server import free_port
-from tests.action_fixtures import (  # noqa: F401
-    World,
-    admin,
-    console,
-    field,
-    has_action_buttons,
-    operator,
-    stats,
-    viewer,
-    world,
-)
+from tests.console_support import World, field, has_action_buttons, stats
 
 pytestmark = pytest.mark.django_db
 
@@ -323,9 +313,9 @@ def test_action_pages_escape_what_was_posted_and_keep_the_csp(
 def test_the_pages_forms_post_only_with_csrf(world: World, db: Any) -> None:
     from django.contrib.auth.models import User
 
-    from tests.action_fixtures import login
+    from tests.console_support import logged_in_client
 
-    login("otto2", "operator")
+    logged_in_client("otto2", "operator")
     strict = Client(enforce_csrf_checks=True)
     strict.force_login(User.objects.get(username="otto2"))
     response = strict.post("/actions/requeue/", {"queue": "default", "dead": world.dead_ids})
@@ -340,9 +330,9 @@ def test_the_pages_forms_post_only_with_csrf(world: World, db: Any) -> None:
 
 
 def test_an_account_outside_the_groups_is_refused_and_audited(world: World, db: Any) -> None:
-    from tests.action_fixtures import login
+    from tests.console_support import logged_in_client
 
-    nobody = login("nora", None)
+    nobody = logged_in_client("nora", None)
     response = nobody.post("/actions/requeue/", {"queue": "default", "dead": world.dead_ids})
     assert response.status_code == 403
     assert AuditEntry.objects.filter(refused=True, actor="nora", action="requeue").exists()

@@ -15,17 +15,7 @@ from django.test import Client
 from django.utils import timezone
 
 from core.models import AuditEntry
-from tests.action_fixtures import (  # noqa: F401
-    HOSTILE,
-    World,
-    admin,
-    console,
-    fail_tasks,
-    operator,
-    stats,
-    viewer,
-    world,
-)
+from tests.console_support import HOSTILE, World, fail_tasks, stats
 from tests.mirror_support import mirror
 
 pytestmark = pytest.mark.django_db
@@ -247,9 +237,9 @@ def test_the_audit_log_escapes_what_it_shows(viewer: Client, world: World) -> No
 
 
 def test_nobody_outside_the_groups_sees_the_audit_log(db: Any, world: World) -> None:
-    from tests.action_fixtures import login
+    from tests.console_support import logged_in_client
 
-    assert login("nora", None).get("/audit/").status_code == 403
+    assert logged_in_client("nora", None).get("/audit/").status_code == 403
 
 
 def test_no_cancel_all_for_a_range_of_finish_times(operator: Client, world: World) -> None:

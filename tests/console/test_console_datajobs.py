@@ -24,8 +24,7 @@ from core.pipeline.check import make_spec
 from core.pipeline.spec import JobSpec
 from core.queue import Queue, introspect
 from core.queue.errors import UnknownHandlerWarning
-from tests.action_fixtures import admin, operator, viewer  # noqa: F401  (fixtures)
-from tests.console_fixtures import HOSTILE, console  # noqa: F401  (fixtures)
+from tests.console_support import HOSTILE
 from tests.mirror_support import mirror
 
 pytestmark = pytest.mark.django_db

@@ -10,14 +10,7 @@ from django.test import Client
 
 from core.queue import Queue
 from core.stack.redis_server import free_port
-from tests.console_fixtures import (  # noqa: F401
-    HOSTILE,
-    Seeded,
-    console,
-    ensure_groups,
-    seeded,
-    viewer,
-)
+from tests.console_support import HOSTILE, Seeded, ensure_groups
 
 pytestmark = pytest.mark.django_db
 

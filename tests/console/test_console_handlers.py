@@ -15,7 +15,7 @@ from core.mirror.metrics import roll
 from core.models import HandlerHour
 from core.queue import Queue
 from core.queue.metrics import HandlerCounts
-from tests.console_fixtures import HOSTILE, console, groups, viewer  # noqa: F401
+from tests.console_support import HOSTILE
 
 pytestmark = [
     pytest.mark.django_db,

@@ -33,15 +33,9 @@ from core.pipeline.spec import SpecError
 from core.queue import Queue
 from core.views.actions import SPECS
 from core.views.datajobs import OPTION_FIELDS
-from tests.action_fixtures import (  # noqa: F401  (fixtures)
-    World,
-    admin,
-    console,
-    operator,
-    world,
-)
-from tests.action_fixtures import field as field_of
 from tests.console.test_console_datajobs import filled
+from tests.console_support import World
+from tests.console_support import field as field_of
 
 pytestmark = pytest.mark.django_db
 

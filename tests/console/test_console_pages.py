@@ -8,14 +8,7 @@ import pytest
 from django.test import Client
 
 from core.queue import Queue
-from tests.console_fixtures import (  # noqa: F401
-    Seeded,
-    console,
-    nobody,
-    operator,
-    seeded,
-    viewer,
-)
+from tests.console_support import Seeded
 
 pytestmark = pytest.mark.django_db
 

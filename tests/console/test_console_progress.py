@@ -10,7 +10,7 @@ from django.test import Client
 from django.utils.html import escape
 
 from core.queue import Queue
-from tests.console_fixtures import HOSTILE, console, viewer  # noqa: F401
+from tests.console_support import HOSTILE
 
 pytestmark = pytest.mark.django_db
 POLL = {"HX-Request": "true", "HX-Target": "live"}

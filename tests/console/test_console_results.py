@@ -12,7 +12,7 @@ from django.test import Client
 
 from core.models import Request
 from core.queue import Queue
-from tests.console_fixtures import HOSTILE, console, nobody, viewer  # noqa: F401
+from tests.console_support import HOSTILE
 
 pytestmark = pytest.mark.django_db
 

@@ -13,7 +13,7 @@ from django.test import Client
 
 from core.models import AuditEntry
 from core.queue import Queue, introspect
-from tests.action_fixtures import console, field, operator, viewer  # noqa: F401
+from tests.console_support import field
 
 pytestmark = pytest.mark.django_db
 

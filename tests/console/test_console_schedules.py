@@ -14,7 +14,6 @@ from core.models import AuditEntry
 from core.queue import Queue
 from core.queue.schedule.spec import Schedule
 from core.queue.schedule.store import Schedules
-from tests.action_fixtures import admin, console, operator, viewer  # noqa: F401
 
 pytestmark = pytest.mark.django_db
 

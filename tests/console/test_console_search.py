@@ -18,14 +18,7 @@ from core.console import search
 from core.mirror.apply import apply_batch
 from core.models import Request, SearchDoc
 from core.queue import Queue
-from tests.console_fixtures import (  # noqa: F401
-    HOSTILE,
-    Seeded,
-    console,
-    nobody,
-    seeded,
-    viewer,
-)
+from tests.console_support import HOSTILE, Seeded
 from tests.mirror_support import finish, mirror
 
 pytestmark = [

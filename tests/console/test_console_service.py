@@ -14,7 +14,7 @@ from django.test import Client
 from core.queue import Queue
 from core.queue.schedule.store import Schedules
 from core.stack.redis_server import free_port
-from tests.console_fixtures import Seeded, console, groups, seeded, viewer  # noqa: F401
+from tests.console_support import Seeded
 
 pytestmark = pytest.mark.django_db
 

@@ -14,7 +14,7 @@ from django.test import Client
 from django.utils import timezone
 
 from core.models import AuditEntry
-from tests.console_fixtures import ensure_groups
+from tests.console_support import ensure_groups
 
 pytestmark = pytest.mark.django_db
 

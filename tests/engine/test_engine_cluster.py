@@ -24,7 +24,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
 
 
 @pytest.fixture
-def client(cluster: RedisCluster) -> Iterator[ClusterClient]:
+def cluster_client(cluster: RedisCluster) -> Iterator[ClusterClient]:
     nodes = [ClusterNode(host, port) for host, port in cluster.startup_nodes]
     c = ClusterClient(startup_nodes=nodes, decode_responses=True)
     yield c
@@ -32,13 +32,13 @@ def client(cluster: RedisCluster) -> Iterator[ClusterClient]:
 
 
 def test_every_operation_runs_on_a_cluster_and_queues_spread_over_shards(
-    client: ClusterClient,
+    cluster_client: ClusterClient,
 ) -> None:
     clock = FakeClock()
     prefix = "c" + uuid.uuid4().hex[:8]
-    queues = [Queue(client, f"q{i}", prefix=prefix, clock=clock) for i in range(8)]
-    slots = {client.keyslot(q.keys.ready) for q in queues}
-    shards = {client.nodes_manager.get_node_from_slot(s).name for s in slots}
+    queues = [Queue(cluster_client, f"q{i}", prefix=prefix, clock=clock) for i in range(8)]
+    slots = {cluster_client.keyslot(q.keys.ready) for q in queues}
+    shards = {cluster_client.nodes_manager.get_node_from_slot(s).name for s in slots}
     assert len(shards) >= 2, "eight queue names should land on more than one shard"
 
     for q in queues:
@@ -80,16 +80,16 @@ def test_every_operation_runs_on_a_cluster_and_queues_spread_over_shards(
         assert introspect.dead_letters(q) == []
 
 
-def test_results_are_kept_and_read_on_a_cluster(client: ClusterClient) -> None:
+def test_results_are_kept_and_read_on_a_cluster(cluster_client: ClusterClient) -> None:
     """Issue 20: a result is written by the ack's script into a key of the queue's own slot,
     and read back (a transaction, a pipeline, HSCAN pages) from that slot alone."""
     prefix = "c" + uuid.uuid4().hex[:8]
     for name in ("qa", "qb", "qc"):
-        q = Queue(client, name, prefix=prefix)
+        q = Queue(cluster_client, name, prefix=prefix)
         q.submit([1, 2, 3], request_id="r", handler="echo")
         leases = q.dequeue("w", 3)
         q.ack_many(leases, [{"n": 1}, None, "three"])
-        assert client.keyslot(q.keys.results("r")) == client.keyslot(q.keys.ready)
+        assert cluster_client.keyslot(q.keys.results("r")) == cluster_client.keyslot(q.keys.ready)
         assert q.wait("r", timeout=1, results=True) == (
             "done", {leases[0].task_id: {"n": 1}, leases[2].task_id: "three"})
         page = introspect.results(q, "r")

@@ -22,8 +22,7 @@ from django.test import Client
 from core.models import AuditEntry, DeadLetter, Request
 from core.pipeline import jobs
 from core.pipeline.check import make_spec
-from tests.action_fixtures import World, field, world  # noqa: F401
-from tests.console_fixtures import console  # noqa: F401
+from tests.console_support import World, field
 from tests.ops_support import ensure_roles, user
 
 pytestmark = pytest.mark.django_db

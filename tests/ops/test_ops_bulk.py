@@ -18,15 +18,7 @@ from core.ops.errors import BadInput, Refused
 from core.ops.runner import RunnerState, run_actions, step
 from core.queue import Queue, RedisUnavailable, introspect
 from tests.mirror_support import mirror
-from tests.ops_support import (  # noqa: F401 - fixtures
-    admin_user,
-    dead_letters,
-    fingerprint_of,
-    last_audit,
-    operator,
-    still_dead,
-    viewer,
-)
+from tests.ops_support import dead_letters, fingerprint_of, last_audit, still_dead
 
 pytestmark = pytest.mark.django_db
 
@@ -36,11 +28,11 @@ def q(django_queue: Queue) -> Queue:
     return django_queue
 
 
-def test_preview_takes_a_snapshot_and_describes_it(q: Queue, operator: User) -> None:
+def test_preview_takes_a_snapshot_and_describes_it(q: Queue, operator_user: User) -> None:
     ids = dead_letters(q, 5)
     dead_letters(q, 2, rid="other", handler="mail", error="KeyError: 'x'")
     fp = fingerprint_of(q, "bad")
-    made = bulk.preview(operator, "requeue", q.name, {"fingerprint": fp, "handler": "spark"})
+    made = bulk.preview(operator_user, "requeue", q.name, {"fingerprint": fp, "handler": "spark"})
     assert made.status == "previewed" and made.count == 5
     assert made.target_ids == ids
     assert made.description == f"requeue 5 dead letters of fingerprint={fp}, handler=spark"
@@ -51,21 +43,21 @@ def test_preview_takes_a_snapshot_and_describes_it(q: Queue, operator: User) -> 
 
 
 def test_preview_refuses_bad_filters_and_users_without_the_permission(
-    q: Queue, operator: User, viewer: User
+    q: Queue, operator_user: User, viewer_user: User
 ) -> None:
     with pytest.raises(BadInput, match="unknown filter"):
-        bulk.preview(operator, "requeue", q.name, {"colour": "red"})
+        bulk.preview(operator_user, "requeue", q.name, {"colour": "red"})
     with pytest.raises(BadInput, match="since"):
-        bulk.preview(operator, "requeue", q.name, {"since": "yesterday"})
+        bulk.preview(operator_user, "requeue", q.name, {"since": "yesterday"})
     with pytest.raises(BadInput, match="action"):
-        bulk.preview(operator, "explode", q.name, {})
+        bulk.preview(operator_user, "explode", q.name, {})
     with pytest.raises(BadInput, match="priority"):
-        bulk.preview(operator, "cancel", q.name, {"priority": "500"})
+        bulk.preview(operator_user, "cancel", q.name, {"priority": "500"})
     with pytest.raises(Refused):
-        bulk.preview(viewer, "requeue", q.name, {})
+        bulk.preview(viewer_user, "requeue", q.name, {})
     assert last_audit().refused
     with pytest.raises(Refused):
-        bulk.preview(operator, "delete", q.name, {})
+        bulk.preview(operator_user, "delete", q.name, {})
 
 
 def _fake_letters(queue: str, n: int, fp: str = "f" * 40) -> None:
@@ -78,32 +70,32 @@ def _fake_letters(queue: str, n: int, fp: str = "f" * 40) -> None:
 
 
 def test_more_than_1000_needs_the_count_typed_and_one_confirm_wins(
-    q: Queue, operator: User
+    q: Queue, operator_user: User
 ) -> None:
     _fake_letters(q.name, 1001)
-    made = bulk.preview(operator, "requeue", q.name, {})
+    made = bulk.preview(operator_user, "requeue", q.name, {})
     assert made.needs_typed_count and made.count == 1001
     with pytest.raises(BadInput, match="type the number"):
-        bulk.confirm(operator, made.pk)
+        bulk.confirm(operator_user, made.pk)
     with pytest.raises(BadInput):
-        bulk.confirm(operator, made.pk, typed_count="1000")
+        bulk.confirm(operator_user, made.pk, typed_count="1000")
     with pytest.raises(BadInput, match="rate"):
-        bulk.confirm(operator, made.pk, typed_count="1,001", rate_per_s=0)
-    started = bulk.confirm(operator, made.pk, typed_count="1,001", rate_per_s=200)
+        bulk.confirm(operator_user, made.pk, typed_count="1,001", rate_per_s=0)
+    started = bulk.confirm(operator_user, made.pk, typed_count="1,001", rate_per_s=200)
     assert started.status == "running" and not started.already_confirmed
     assert started.rate_per_s == 200
-    again = bulk.confirm(operator, made.pk, typed_count="1,001")
+    again = bulk.confirm(operator_user, made.pk, typed_count="1,001")
     assert again.already_confirmed and again.status == "running"
     assert AuditEntry.objects.filter(bulk=made).count() == 1
 
 
 def test_the_runner_acts_on_the_snapshot_and_audits_one_entry(
-    q: Queue, operator: User
+    q: Queue, operator_user: User
 ) -> None:
     ids = dead_letters(q, 30)
-    made = bulk.preview(operator, "requeue", q.name, {"request": "bad"})
+    made = bulk.preview(operator_user, "requeue", q.name, {"request": "bad"})
     q.requeue(ids[:5])  # someone else got there first: skipped, not requeued twice
-    bulk.confirm(operator, made.pk)
+    bulk.confirm(operator_user, made.pk)
     call_command("runactions", "--burst")
     b = bulk.get(made.pk)
     assert (b.status, b.acted, b.skipped, b.position) == ("done", 25, 5, 30)
@@ -114,14 +106,14 @@ def test_the_runner_acts_on_the_snapshot_and_audits_one_entry(
     assert still_dead(q, ids) == 0
 
 
-def test_stopping_midway_leaves_counts_that_add_up(q: Queue, admin_user: User) -> None:
+def test_stopping_midway_leaves_counts_that_add_up(q: Queue, admin_role_user: User) -> None:
     ids = dead_letters(q, 2500)
-    made = bulk.preview(admin_user, "delete", q.name, {})
-    bulk.confirm(admin_user, made.pk, typed_count="2500")
+    made = bulk.preview(admin_role_user, "delete", q.name, {})
+    bulk.confirm(admin_role_user, made.pk, typed_count="2500")
     b = BulkAction.objects.get(pk=made.pk)
     state = RunnerState()
     assert step(b, state)  # one chunk of 1,000
-    stopping = bulk.stop(admin_user, made.pk)
+    stopping = bulk.stop(admin_role_user, made.pk)
     assert stopping.status == "stopping"
     assert step(b, state)
     b = bulk.get(made.pk)
@@ -134,17 +126,17 @@ def test_stopping_midway_leaves_counts_that_add_up(q: Queue, admin_user: User) -
     assert still_dead(q, ids[:1000]) == 0  # the snapshot's order: oldest first
 
 
-def test_a_preview_never_confirmed_stops_at_once(q: Queue, operator: User) -> None:
+def test_a_preview_never_confirmed_stops_at_once(q: Queue, operator_user: User) -> None:
     dead_letters(q, 2)
-    made = bulk.preview(operator, "requeue", q.name, {})
-    assert bulk.stop(operator, made.pk).status == "stopped"
-    assert bulk.confirm(operator, made.pk).already_confirmed
+    made = bulk.preview(operator_user, "requeue", q.name, {})
+    assert bulk.stop(operator_user, made.pk).status == "stopped"
+    assert bulk.confirm(operator_user, made.pk).already_confirmed
 
 
-def test_the_rate_limit_spaces_the_chunks(q: Queue, operator: User) -> None:
+def test_the_rate_limit_spaces_the_chunks(q: Queue, operator_user: User) -> None:
     dead_letters(q, 30)
-    made = bulk.preview(operator, "requeue", q.name, {})
-    bulk.confirm(operator, made.pk, rate_per_s=10)
+    made = bulk.preview(operator_user, "requeue", q.name, {})
+    bulk.confirm(operator_user, made.pk, rate_per_s=10)
     b = BulkAction.objects.get(pk=made.pk)
     now = [100.0]
     state = RunnerState()
@@ -157,27 +149,27 @@ def test_the_rate_limit_spaces_the_chunks(q: Queue, operator: User) -> None:
     assert step(b, state, clock=lambda: now[0]) and b.position == 20
 
 
-def test_bulk_cancel_snapshots_requests_from_the_history(q: Queue, operator: User) -> None:
+def test_bulk_cancel_snapshots_requests_from_the_history(q: Queue, operator_user: User) -> None:
     for i in range(3):
         q.submit([1, 2], request_id=f"r{i}", handler="h", tenant="acme" if i < 2 else "other")
     mirror(q)
-    made = bulk.preview(operator, "cancel", q.name, {"tenant": "acme"})
+    made = bulk.preview(operator_user, "cancel", q.name, {"tenant": "acme"})
     assert made.count == 2 and {s["id"] for s in made.sample} == {"r0", "r1"}
-    bulk.confirm(operator, made.pk)
+    bulk.confirm(operator_user, made.pk)
     call_command("runactions", "--burst")
     assert bulk.get(made.pk).acted == 2
     assert [q.state(f"r{i}") for i in range(3)] == ["cancelled", "cancelled", "active"]
     with pytest.raises(BadInput, match="unfinished"):
-        bulk.preview(operator, "cancel", q.name, {"state": "done"})
+        bulk.preview(operator_user, "cancel", q.name, {"state": "done"})
     assert Request.objects.filter(queue=q.name).count() == 3
 
 
 def test_redis_down_leaves_the_bulk_action_where_it_was(
-    settings: Any, q: Queue, operator: User
+    settings: Any, q: Queue, operator_user: User
 ) -> None:
     dead_letters(q, 3)
-    made = bulk.preview(operator, "requeue", q.name, {})
-    bulk.confirm(operator, made.pk)
+    made = bulk.preview(operator_user, "requeue", q.name, {})
+    bulk.confirm(operator_user, made.pk)
     from core.stack.redis_server import free_port
 
     good = settings.REDIS_URL
@@ -193,16 +185,16 @@ def test_redis_down_leaves_the_bulk_action_where_it_was(
 
 @pytest.mark.slow
 def test_requeue_of_20000_acts_on_exactly_the_previewed_snapshot(
-    q: Queue, operator: User
+    q: Queue, operator_user: User
 ) -> None:
     ids = dead_letters(q, 20_000)
     fp = fingerprint_of(q, "bad")
-    made = bulk.preview(operator, "requeue", q.name, {"fingerprint": fp})
+    made = bulk.preview(operator_user, "requeue", q.name, {"fingerprint": fp})
     assert made.count == 20_000 and made.needs_typed_count
     # New letters of the same group arrive after the preview (and are mirrored).
     late = dead_letters(q, 300, rid="late")
     assert fingerprint_of(q, "late") == fp
-    bulk.confirm(operator, made.pk, typed_count="20,000")
+    bulk.confirm(operator_user, made.pk, typed_count="20,000")
     run_actions(burst=True)
     b = bulk.get(made.pk)
     assert (b.status, b.acted, b.skipped) == ("done", 20_000, 0)

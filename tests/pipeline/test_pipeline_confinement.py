@@ -38,9 +38,7 @@ from core.pipeline.check import make_spec
 from core.pipeline.spec import JobSpec, SpecError
 from core.queue import Queue, introspect
 from core.queue.models import DeadLetter
-from tests.action_fixtures import operator  # noqa: F401  (fixtures)
 from tests.conftest import keys_under
-from tests.console_fixtures import console  # noqa: F401  (fixtures)
 from tests.pipeline_support import run_worker
 
 CANARY = "secret,n\nCANARY-S3CRET,1\n"

@@ -28,7 +28,7 @@ from core.queue.schedule.api import declare, every
 from core.queue.schedule.spec import Schedule
 from core.queue.schedule.store import Schedules
 from tests.conftest import FakeClock, keys_under
-from tests.console_fixtures import ensure_groups
+from tests.console_support import ensure_groups
 from tests.mirror_support import mirror
 
 pytestmark = [

@@ -14,7 +14,6 @@ from django.test import Client
 
 from core.queue import Queue
 from core.stack.supervisor import Stack
-from tests.console_fixtures import console, viewer  # noqa: F401
 
 pytestmark = pytest.mark.django_db
 

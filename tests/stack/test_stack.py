@@ -8,14 +8,10 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import sys
-import threading
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -23,83 +19,9 @@ import redis
 
 from core.queue import Queue, introspect
 from core.stack.redis_server import RedisServer, free_port, pid_alive, start_redis
+from tests.stack_support import Running, StartStack, until
 
-ROOT = Path(__file__).resolve().parents[2]
 # A stack takes 2-3 s to start and stop; tests that take over ~5 s are marked slow.
-
-
-@dataclass
-class Running:
-    process: subprocess.Popen[str]
-    port: int
-    var_dir: Path
-    lines: list[str] = field(default_factory=list)
-
-    def wait_for_line(self, pattern: str, timeout: float = 60) -> re.Match[str]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for line in list(self.lines):
-                m = re.search(pattern, line)
-                if m:
-                    return m
-            if self.process.poll() is not None:
-                break
-            time.sleep(0.05)
-        raise AssertionError(f"no line matching {pattern!r} in:\n{''.join(self.lines)}")
-
-    def pid_of(self, name: str) -> int:
-        return int(self.wait_for_line(rf"^{name} \(pid (\d+)\)").group(1))
-
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
-
-
-StartStack = Callable[..., Running]
-
-
-@pytest.fixture
-def start_stack(tmp_path: Path) -> Iterator[StartStack]:
-    started: list[Running] = []
-
-    def start(*args: str, argv: list[str] | None = None, **env: str) -> Running:
-        """`manage.py runstack *args`, or `argv` (which runs it), with `env` on top of the
-        test's environment; every stack of one test shares one QA_VAR_DIR."""
-        port = free_port()
-        base = {
-            k: v for k, v in os.environ.items()
-            if k not in ("REDIS_URL", "DATABASE_URL", "QA_ADMIN_PASSWORD", "SECRET_KEY",
-                         "QA_REDIS_FSYNC", "QUEUE_PREFIX", "SPARK_REMOTE", "SPARK_MASTER")
-        }
-        var_dir = tmp_path / "var"
-        process = subprocess.Popen(
-            argv or [sys.executable, "manage.py", "runstack", *args],
-            cwd=ROOT, env={**base, "PORT": str(port), "HOST": "127.0.0.1",
-                           "QA_VAR_DIR": str(var_dir), "PYTHONUNBUFFERED": "1",
-                           # no Spark unless a test asks for it (a JVM start per stack)
-                           "QA_SPARK": "off", **env},
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            start_new_session=True,  # signals for the test runner must not reach it
-        )
-        running = Running(process, port, var_dir)
-
-        def read() -> None:
-            assert process.stdout is not None
-            for line in process.stdout:
-                running.lines.append(line)
-
-        threading.Thread(target=read, daemon=True).start()
-        started.append(running)
-        return running
-
-    yield start
-    for running in started:  # a failed test must not leave a stack behind
-        if running.process.poll() is None:
-            os.killpg(running.process.pid, signal.SIGKILL)
-            running.process.wait()
-        # Its children run in sessions of their own: killpg does not reach them.
-        for pid in re.findall(r"\(pid (\d+)\)", "".join(running.lines)):
-            if pid_alive(int(pid)):
-                os.kill(int(pid), signal.SIGKILL)
 
 
 def _opener() -> urllib.request.OpenerDirector:
@@ -214,7 +136,7 @@ def test_a_worker_that_exits_is_started_again_and_its_tasks_run_again_at_once(
     stack.wait_for_line(r"worker started .*handlers=.*sleep")
     queue = Queue.from_url(f"redis://127.0.0.1:{redis_port}/0", "default", prefix="st")
     sub = queue.submit([{"seconds": 30}], handler="sleep", max_attempts=3)
-    _until(lambda: introspect.stats(queue).leased == 1)
+    until(lambda: introspect.stats(queue).leased == 1)
 
     killed = time.monotonic()
     os.kill(first, signal.SIGKILL)
@@ -223,7 +145,7 @@ def test_a_worker_that_exits_is_started_again_and_its_tasks_run_again_at_once(
                         r"in 1 s \(1 of its tasks back to waiting now\)")
     second = int(stack.wait_for_line(rf"worker-1 \(pid (?!{first}\b)(\d+)\) started").group(1))
     assert pid_alive(second) and stack.process.poll() is None
-    _until(lambda: introspect.stats(queue).leased == 1)  # the restarted worker runs it
+    until(lambda: introspect.stats(queue).leased == 1)  # the restarted worker runs it
     assert time.monotonic() - killed < 8  # --dead-after is 10 s
     [entry] = [e for e in introspect.pending(queue, sub.request_id)
                if not e.consumer.startswith("~")]
@@ -311,7 +233,7 @@ def test_sigint_to_the_supervisor_releases_running_tasks_before_redis_stops(
     url = f"redis://127.0.0.1:{redis_port}/0"
     queue = Queue.from_url(url, "default", prefix="st")
     sub = queue.submit([{"seconds": 60}], handler="sleep", max_attempts=1)
-    _until(lambda: introspect.stats(queue).leased == 1)
+    until(lambda: introspect.stats(queue).leased == 1)
     queue.redis.close()
 
     stack.process.send_signal(signal.SIGINT)
@@ -345,13 +267,6 @@ def _children_of(pid: int) -> list[int]:
             if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
                 found.append(int(entry.name))
     return found
-
-
-def _until(condition: Callable[[], bool], timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.05)
 
 
 @pytest.mark.slow

@@ -10,7 +10,7 @@ import time
 
 from core.queue import Queue, introspect
 from core.stack.redis_server import free_port, pid_alive
-from tests.stack.test_stack import StartStack, _until, start_stack  # noqa: F401
+from tests.stack_support import StartStack, until
 
 
 def test_a_worker_stopped_by_an_operator_is_not_started_again(
@@ -22,7 +22,7 @@ def test_a_worker_stopped_by_an_operator_is_not_started_again(
     pid = stack.pid_of("worker-1")
     stack.wait_for_line(r"worker started ")
     queue = Queue.from_url(f"redis://127.0.0.1:{redis_port}/0", "default", prefix="st")
-    _until(lambda: introspect.workers(queue).items)
+    until(lambda: introspect.workers(queue).items)
     [worker] = introspect.workers(queue).items
     assert worker.name.endswith("worker-1.1")
 
