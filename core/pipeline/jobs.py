@@ -2,12 +2,15 @@
 
 A job `J` is two requests of one queue, both run by the handler `datajob`:
 
-- `J` (the chunk request), opened empty, then given one split task; the split task reads the
-  input, stages it as N Parquet chunks and adds one chunk task per chunk as each is written
-  (open / add / seal), then seals the request;
-- `J.combine`, a follow-up of `J` (Producer.submit_after): held until `J` completes as done,
-  then its one task combines the parts, writes the manifest and `_SUCCESS`. The engine
-  starts it exactly once, in the same atomic call that records `J`'s completion.
+- `J` (the chunk request), created open with one split task; the split task reads the input,
+  stages it as N Parquet chunks and adds one chunk task per chunk as each is written
+  (add / seal), then seals the request;
+- `J.combine`, a follow-up of `J`: held until `J` completes as done, then its one task
+  combines the parts, writes the manifest and `_SUCCESS`. The engine starts it exactly once,
+  in the same atomic call that records `J`'s completion.
+
+Both are created, with the job's record, by one atomic engine call (Producer.submit_flow), so
+a crash during a submit leaves the whole job or nothing.
 
 The job's own record (the engine's records of kind "datajob": records()) holds the spec, the
 number of chunks, each chunk's report (rows in and out, seconds, attempt, worker) and, once
@@ -29,7 +32,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from core.queue import InvalidInput, Queue, UnknownRequest, introspect
+from core.queue import (
+    FollowUp,
+    InvalidInput,
+    Queue,
+    RequestIdTaken,
+    UnknownRequest,
+    introspect,
+)
 from core.queue.models import DeadLetter, RequestInfo
 from core.queue.records import Records
 
@@ -88,7 +98,12 @@ def _not_a_job(q: Queue, rid: str, info: RequestInfo, what: str) -> JobIdTaken:
 def check_id_free(q: Queue, job_id: str) -> None:
     """JobIdTaken unless `job_id` and its combine id are free, or are this data job's own
     requests (a retried submit, or one that stopped half-way). Otherwise the job would never
-    split and its combine would wait forever: `J` already exists, so it is not opened again."""
+    split and its combine would wait forever: `J` already exists, so it is not made again."""
+    _check_id_free(q, job_id)
+
+
+def _check_id_free(q: Queue, job_id: str) -> RequestInfo | None:
+    """check_id_free(), returning the job's chunk request as it is now (None: none)."""
     req = introspect.request(q, job_id)
     if req is not None and (
         req.handler != HANDLER or req.after is not None
@@ -100,6 +115,19 @@ def check_id_free(q: Queue, job_id: str) -> None:
     if comb is not None and (comb.handler != HANDLER or comb.after != job_id):
         raise _not_a_job(q, combine_id(job_id), comb,
                          f"the combine step of data job {job_id}")
+    if comb is not None and req is None:
+        raise _combine_left(q, job_id, comb.state)
+    return req
+
+
+def _combine_left(q: Queue, job_id: str, state: str) -> JobIdTaken:
+    """The combine step of an earlier run is still there though its chunk request expired:
+    a new run could not hold its own combine step behind its chunks."""
+    return JobIdTaken(
+        f"--request-id {job_id!r}: the combine step {combine_id(job_id)} of an earlier run of "
+        f"data job {job_id} is still in queue {q.name!r} ({state}), though its chunk request "
+        "has expired; choose another job id, or submit again once it has expired too (a held "
+        "one must be cancelled first)")
 
 
 def check_tasks(q: Queue, spec: JobSpec) -> None:
@@ -126,30 +154,48 @@ def submit(q: Queue, spec: JobSpec, options: QueueOptions | None = None, *,
     (nothing is changed then, so a retried submit is harmless). JobIdTaken or SpecError, with
     nothing written, if the id (or its combine id) is another request's, or the job's
     description does not fit in its tasks. With `run_at` or `delay` (Queue.submit's) the
-    chunk request is scheduled: its split waits for that time, and the rest behind it."""
+    chunk request is scheduled: its split waits for that time, and the rest behind it.
+
+    One engine call writes the whole job (Producer.submit_flow): the chunk request, open,
+    with its split task; the combine request held behind it; the job's record. A crash
+    leaves all of it or nothing, and a job whose requests expired before its record runs
+    again as a new job (its old record replaced)."""
     o = options or QueueOptions()
     check_size(spec)
     check_tasks(q, spec)
-    check_id_free(q, spec.job_id)
-    rec = records(q)
-    if introspect.request(q, spec.job_id) is None and rec.exists(spec.job_id):
-        # The job's requests expired (a day) before its record (a week): submitted again,
-        # it runs again, as a new job, not as "nothing changed".
-        rec.delete(spec.job_id)
+    req = _check_id_free(q, spec.job_id)
     opts: dict[str, Any] = {"priority": o.priority, "tenant": o.tenant,
                             "max_attempts": o.max_attempts}
-    # Open and empty, the chunk request is not eligible; the follow-up is held behind it; only
-    # then is the split task added, so nothing runs before both exist. The options are
-    # checked by the first call, before anything is written.
-    q.open(handler=HANDLER, request_id=spec.job_id, concurrency=o.concurrency, run_at=run_at,
-           delay=delay, **opts)
+    if req is not None and req.total == 0 and req.state in ("open", "scheduled"):
+        return _finish_half_made(q, spec, opts)
     now_ms = int(time.time() * 1000)
-    created = rec.create(spec.job_id, {"spec": spec.to_json(), "queue": q.name,
-                                       "created_ms": now_ms}, keep_s=RECORD_TTL_S, at_ms=now_ms)
+    record = records(q).new(spec.job_id, {"spec": spec.to_json(), "queue": q.name,
+                                          "created_ms": now_ms},
+                            keep_s=RECORD_TTL_S, at_ms=now_ms)
+    combine = FollowUp([payload("combine", spec)], handler=HANDLER,
+                       request_id=combine_id(spec.job_id), **opts)
+    # Open, so that the split adds the chunks as it writes them, then seals it.
+    try:
+        flow = q.submit_flow([payload("split", spec)], handler=HANDLER,
+                             request_id=spec.job_id, seal=False, run_at=run_at, delay=delay,
+                             concurrency=o.concurrency, then=combine, record=record, **opts)
+    except RequestIdTaken as exc:  # the combine id was taken since the check: say by what
+        _check_id_free(q, spec.job_id)
+        raise JobIdTaken(f"--request-id {spec.job_id!r}: {exc}") from None
+    return flow.created
+
+
+def _finish_half_made(q: Queue, spec: JobSpec, opts: dict[str, Any]) -> bool:
+    """A job that the four-call submit of earlier versions left half-made (its chunk request
+    opened, and a crash before its split was added): its record, combine step and split are
+    added now, each step idempotent, so a submit again finishes it."""
+    now_ms = int(time.time() * 1000)
+    created = records(q).create(spec.job_id, {"spec": spec.to_json(), "queue": q.name,
+                                              "created_ms": now_ms},
+                                keep_s=RECORD_TTL_S, at_ms=now_ms)
     q.submit_after(spec.job_id, [payload("combine", spec)], handler=HANDLER,
                    request_id=combine_id(spec.job_id), **opts)
     info = introspect.request(q, spec.job_id)
-    # Scheduled (delayed) and not sealed, it takes the split too, which waits for its time.
     if info is not None and info.total == 0 and info.state in ("open", "scheduled"):
         q.add(spec.job_id, [payload("split", spec)])
     return created

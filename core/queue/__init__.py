@@ -18,6 +18,7 @@ from .errors import (
     RedisReplyError,
     RedisUnavailable,
     RequestCancelled,
+    RequestIdTaken,
     RequestSealed,
     ResultTooLarge,
     StateChanged,
@@ -25,11 +26,14 @@ from .errors import (
     UnknownRequest,
     UnknownWorker,
 )
-from .models import Lease, RequestInfo, Submitted
+from .models import Flow, Lease, RequestInfo, Submitted
+from .produce import FollowUp
 from .results import Completion
 
 __all__ = [
     "Completion",
+    "Flow",
+    "FollowUp",
     "InvalidInput",
     "InvalidPayload",
     "InvalidResult",
@@ -43,6 +47,7 @@ __all__ = [
     "RedisReplyError",
     "RedisUnavailable",
     "RequestCancelled",
+    "RequestIdTaken",
     "RequestInfo",
     "RequestSealed",
     "ResultTooLarge",

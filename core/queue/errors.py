@@ -81,6 +81,10 @@ class UnknownWorker(QueueError, LookupError):
     """No worker of this name is in the queue's registry."""
 
 
+class RequestIdTaken(QueueError):
+    """A request id asked for a new request (a flow's follow-up) is an existing request's."""
+
+
 class TotalMismatch(QueueError):
     """A resumed add found the request's total moved: someone else appended meanwhile."""
 
@@ -104,6 +108,7 @@ CODES: dict[int, type[QueueError]] = {
     -6: TotalMismatch,
     -7: StateChanged,
     -8: UnknownWorker,
+    -10: RequestIdTaken,  # -9 is progress.lua's invalid input (Consumer.progress)
 }
 
 

@@ -43,6 +43,19 @@ class Submitted:
 
 
 @dataclass(frozen=True, slots=True)
+class Flow:
+    """What Producer.submit_flow() made, or found: the request, and each follow-up (None: the
+    request existed already, and that id is no follow-up of it)."""
+
+    request: Submitted
+    then: tuple[Submitted | None, ...]
+
+    @property
+    def created(self) -> bool:
+        return self.request.created
+
+
+@dataclass(frozen=True, slots=True)
 class FailOutcome:
     outcome: str  # "delayed", "waiting", "dead" or "cancelled"
     attempts: int

@@ -1,4 +1,5 @@
-"""Producing: submit a request with its tasks, or open one, add tasks and seal it."""
+"""Producing: submit a request with its tasks, or open one, add tasks and seal it; a request
+with the follow-ups held behind it (and a record), created in one atomic call (a flow)."""
 
 from __future__ import annotations
 
@@ -10,26 +11,28 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypedDict, Unpack
 
 import orjson
 
 from . import handlers, registry
-from .base import QueueBase, int_in
+from .base import QueueBase, int_in, translated
 from .due import due_spec
 from .errors import (
     InvalidInput,
     InvalidPayload,
     PayloadTooLarge,
     QueueError,
+    RequestIdTaken,
     TotalMismatch,
     UnknownHandlerWarning,
     check_code,
 )
 from .keys import validate_id
-from .models import Submitted
+from .models import Flow, Submitted
+from .records import NewRecord
 
 DEFAULT_CONCURRENCY = 1_000_000  # no practical limit unless the request sets one
 DEFAULT_PRIORITY = 50
@@ -138,6 +141,23 @@ def _options(handler: str, options: RequestOptions) -> list[int | str]:
         int_in(o["backoff_ms"], "backoff_ms", 0, MAX_BACKOFF_MS),
         int_in(o["backoff_max_ms"], "backoff_max_ms", 0, MAX_BACKOFF_MS),
     ]
+
+
+class FollowUp:
+    """A request to hold behind the one Producer.submit_flow() creates ("then"): its tasks,
+    handler, id (None: a new random one) and RequestOptions, as submit_after() takes them."""
+
+    __slots__ = ("handler", "options", "request_id", "tasks")
+
+    def __init__(self, tasks: Iterable[Any], *, handler: str, request_id: str | None = None,
+                 **options: Unpack[RequestOptions]) -> None:
+        self.tasks = tasks
+        self.handler = handler
+        self.request_id = request_id
+        self.options = options
+
+    def __repr__(self) -> str:
+        return f"FollowUp(handler={self.handler!r}, request_id={self.request_id!r})"
 
 
 @dataclasses.dataclass
@@ -278,6 +298,115 @@ class Producer(QueueBase):
         self._check_handler(handler)
         registry.seen(self)
         return Submitted(rid, bool(reply[0]), str(reply[1]), int(reply[2]))
+
+    def submit_flow(
+        self,
+        tasks: Iterable[Any],
+        *,
+        handler: str,
+        then: FollowUp | Sequence[FollowUp] = (),
+        record: NewRecord | None = None,
+        request_id: str | None = None,
+        seal: bool = True,
+        run_at: datetime | None = None,
+        delay: float | timedelta | None = None,
+        **options: Unpack[RequestOptions],
+    ) -> Flow:
+        """Create, in one atomic call, a request as submit() does (its first tasks, `seal`,
+        `run_at`/`delay`, `options`), the follow-ups `then` held behind it as submit_after()
+        makes them, and the `record` (Records.new()) beside it: a crash leaves all or none.
+
+        Idempotent on `request_id`: if the request exists nothing changes, not even its
+        follow-ups or record, and the result says what exists (created=False). RequestIdTaken,
+        with nothing written, if it does not but a follow-up's id is another request's.
+        At most SUBMIT_BATCH tasks in all; with seal=False, add() more, then seal().
+        """
+        rid = validate_id(request_id, "request id") if request_id is not None else new_request_id()
+        meta = _options(handler, options)
+        if not isinstance(seal, bool):
+            raise InvalidInput(f"seal must be True or False, got {seal!r}")
+        due = due_spec(run_at, delay)
+        payloads = self._encode(tasks)
+        if seal and not payloads:
+            raise InvalidInput("a request needs at least one task (or submit with seal=False)")
+        follow, fids, fargs, fkeys = self._follow_ups(rid, then)
+        count = len(payloads) + sum(len(a) - 11 for a in fargs)  # id, 9 options, n: 11
+        if count > SUBMIT_BATCH:
+            raise InvalidInput(
+                f"a flow is one atomic call of at most {SUBMIT_BATCH} tasks (the request's and "
+                f"its follow-ups'), got {count}; submit the request open (seal=False) and add() "
+                "the rest"
+            )
+        rec_args: list[Any] = [0, "", 0, 0]
+        rec_keys: list[str] = []
+        if record is not None:
+            if not isinstance(record, NewRecord):
+                raise InvalidInput(f"record must be made by Records.new(), got {record!r}")
+            if not (record.key.startswith(self.keys.base)
+                    and record.index.startswith(self.keys.base)):
+                raise InvalidInput(f"record {record.record_id!r} is another queue's record")
+            rec_args = [len(record.fields) // 2, record.record_id, record.keep_s, record.at_ms]
+            rec_keys = [record.key, record.index]
+        reply = self._run(
+            "submit_flow",
+            [rid, self._now(), *meta, int(seal), due, len(follow), *rec_args,
+             *(x for a in fargs for x in a), *(record.fields if record else ()), *payloads],
+            [self.keys.request(rid), self.keys.tasks(rid), *fkeys, *rec_keys],
+        )
+        if reply == -10:  # RequestIdTaken (errors.CODES): say which id
+            with translated("submit_flow"):
+                taken = [f for f in fids if self.redis.exists(self.keys.request(f))]
+            raise RequestIdTaken(
+                f"submit request {rid!r} with its follow-ups: the follow-up id "
+                f"{', '.join(map(repr, taken or fids))} is an existing request's; nothing was "
+                "written")
+        check_code(reply, f"submit the flow of request {rid!r}")
+        for h in dict.fromkeys([handler, *(f.handler for f in follow)]):
+            self._check_handler(h)
+        registry.seen(self)
+        created = bool(reply[0])
+        ours = Submitted(rid, created, str(reply[1]), int(reply[2]), int(reply[3]))
+        then_out = tuple(
+            None if reply[i] is None else Submitted(fid, created, str(reply[i]), int(reply[i + 1]))
+            for fid, i in zip(fids, range(4, len(reply), 2), strict=True)
+        )
+        return Flow(ours, then_out)
+
+    def _follow_ups(
+        self, rid: str, then: FollowUp | Sequence[FollowUp]
+    ) -> tuple[list[FollowUp], list[str], list[list[Any]], list[str]]:
+        """The follow-ups of a flow, checked: their ids, script arguments (id, options, task
+        count, payloads each) and keys."""
+        if isinstance(then, FollowUp):
+            follow = [then]
+        elif isinstance(then, list | tuple):
+            follow = list(then)
+        else:
+            raise InvalidInput(f"then= takes a FollowUp or a list of them, got {then!r}")
+        fids: list[str] = []
+        fargs: list[list[Any]] = []
+        fkeys: list[str] = []
+        for f in follow:
+            if not isinstance(f, FollowUp):
+                raise InvalidInput(f"then= takes FollowUp(tasks, handler=...) values, got {f!r}")
+            fid = (validate_id(f.request_id, "follow-up request id") if f.request_id is not None
+                   else new_request_id())
+            if fid == rid or fid in fids:
+                raise InvalidInput(f"follow-up request id {fid!r} is used twice in the flow "
+                                   f"(request {rid!r}, follow-ups {fids})")
+            try:
+                meta = _options(f.handler, f.options)
+                fp = self._encode(f.tasks)
+            except InvalidInput as exc:  # say which request of the flow it is about
+                exc.args = (f"follow-up {fid!r}: {exc.args[0]}", *exc.args[1:])
+                raise
+            if not fp:
+                raise InvalidInput(f"follow-up {fid!r}: a follow-up request needs at least one "
+                                   "task")
+            fids.append(fid)
+            fargs.append([fid, *meta, len(fp), *fp])
+            fkeys += [self.keys.request(fid), self.keys.tasks(fid)]
+        return follow, fids, fargs, fkeys
 
     def _append_from(self, rid: str, payloads: list[bytes], total: int) -> int:
         while total < len(payloads):

@@ -6,21 +6,50 @@ queue's hash tag): the application names a kind and an id, never a key.
 
 Plain commands, no script: a record is written by one owner at a time (the submit, then the
 job's own tasks); each call is one command, and its creation one transaction (MULTI), so that
-it never exists without its expiry and its index entry."""
+it never exists without its expiry and its index entry. A record may also be created with a
+request, in the same atomic call (Records.new(), Producer.submit_flow())."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from .base import QueueBase, translated
+from .base import QueueBase, int_in, translated
+from .errors import InvalidInput
 from .keys import validate_id
 
 Value = str | int | float
+MAX_NEW_FIELDS = 1000  # a record made with a request: its fields go in one script call
+MAX_KEEP_S = 10 * 366 * 86_400
 
 
 def _text(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _value(field: object, v: object) -> str:
+    """A field's value as Redis stores it (as redis-py writes it: floats by repr())."""
+    if not isinstance(field, str):
+        raise InvalidInput(f"a record's field names are text, got {field!r}")
+    if isinstance(v, str):
+        return v
+    if isinstance(v, int | float) and not isinstance(v, bool):
+        return repr(v)
+    raise InvalidInput(f"record field {field!r}: a value is text or a number, got {v!r}")
+
+
+@dataclass(frozen=True)
+class NewRecord:
+    """A record to create with a request, in the same atomic call (Producer.submit_flow):
+    made by Records.new(), checked there. Its key names are the engine's (keys.py)."""
+
+    key: str
+    index: str
+    record_id: str
+    fields: tuple[str, ...]  # field, value, field, value, ...
+    keep_s: int
+    at_ms: int
 
 
 class Records:
@@ -78,6 +107,20 @@ class Records:
         with translated(f"{self.kind} record"):
             replies = pipe.execute()
         return bool(replies[0])
+
+    def new(self, rid: str, values: Mapping[str, Value], *, keep_s: int,
+            at_ms: int) -> NewRecord:
+        """The record `rid` as Producer.submit_flow(record=...) creates it with its request:
+        `values`, kept `keep_s` seconds, indexed at `at_ms`; it replaces a record of that id
+        left by an earlier request of the same id. Nothing is written here."""
+        if not values:
+            raise InvalidInput("a new record needs at least one field")
+        if len(values) > MAX_NEW_FIELDS:
+            raise InvalidInput(f"a record made with a request has at most {MAX_NEW_FIELDS} "
+                               f"fields, got {len(values)}")
+        flat = tuple(x for f, v in values.items() for x in (f, _value(f, v)))
+        return NewRecord(self._key(rid), self._keys.record_index(self.kind), rid, flat,
+                         int_in(keep_s, "keep_s", 1, MAX_KEEP_S), int_in(at_ms, "at_ms", 0))
 
     def keep_for(self, rid: str, seconds: int) -> None:
         """The record expires `seconds` from now."""

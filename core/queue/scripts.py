@@ -45,6 +45,7 @@ _NOT_FOUND = "Function not found"
 SCRIPT_NAMES = (
     "submit",
     "submit_after",
+    "submit_flow",
     "add",
     "seal",
     "dequeue",

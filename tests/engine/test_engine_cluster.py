@@ -11,7 +11,7 @@ import pytest
 from redis.cluster import ClusterNode
 from redis.cluster import RedisCluster as ClusterClient
 
-from core.queue import Queue, introspect
+from core.queue import FollowUp, Queue, introspect
 from core.stack.redis_server import RedisCluster, start_cluster
 from tests.conftest import FakeClock
 
@@ -95,3 +95,21 @@ def test_results_are_kept_and_read_on_a_cluster(cluster_client: ClusterClient) -
         page = introspect.results(q, "r")
         assert page.total == 2 and page.cursor == 0
         assert introspect.result_text(q, "r", leases[2].task_id) == '"three"'
+
+
+def test_a_flow_is_made_and_run_on_a_cluster(client: ClusterClient) -> None:
+    """The flow's keys (request, follow-up, record and its index) share the queue's slot."""
+    prefix = "c" + uuid.uuid4().hex[:8]
+    for name in ("qa", "qb", "qc"):
+        q = Queue(client, name, prefix=prefix)
+        flow = q.submit_flow([1, 2], handler="echo", request_id="j", seal=False,
+                             then=FollowUp([3], handler="echo", request_id="j.combine"),
+                             record=q.records("job").new("j", {"spec": "s"}, keep_s=60,
+                                                         at_ms=1))
+        assert flow.created and flow.then[0] is not None and flow.then[0].state == "held"
+        assert q.records("job").all("j") == {"spec": "s"}
+        assert q.records("job").indexed(0, -1) == ["j"]
+        q.ack_many(q.dequeue("w", 10))
+        assert q.seal("j") == "done"
+        q.ack_many(q.dequeue("w", 10))
+        assert q.wait("j.combine", timeout=1) == "done"

@@ -7,7 +7,8 @@ dead letters, claim/release checked against the holder and idle time shown, recl
 dead worker's leases; idle workers handed work, blocked while other steps run;
 a worker serving both queues; retries of several priorities due at once; delayed requests
 of issue 19, submitted with run_at or delay, made due by time or an operator's run now, or
-cancelled) against a reference model (tests/engine_model.py). After every step each task's
+cancelled; follow-ups, alone or created with their request in one call: submit_flow)
+against a reference model (tests/engine_model.py). After every step each task's
 true state is rebuilt from Redis (stream, consumer group, PEL, lease, retry and scheduled
 indexes) and compared with the model: nothing lost or in two states, concurrency kept,
 counters, indexes and the wake-up token true, priority respected, each completion recorded
@@ -42,17 +43,20 @@ from hypothesis.stateful import (
 )
 
 from core.queue import (
+    FollowUp,
+    InvalidInput,
     Lease,
     LeaseLost,
     NotLeased,
     Queue,
     RequestCancelled,
+    RequestIdTaken,
     RequestSealed,
     StateChanged,
     UnknownRequest,
 )
 from core.queue.client import wait_for_any
-from core.queue.models import Submitted
+from core.queue.models import Flow, Submitted
 from core.stack.redis_server import RedisServer
 from tests.conftest import FakeClock
 from tests.engine_model import (
@@ -433,6 +437,71 @@ class QueueMachine(RuleBasedStateMachine):
         m.promote(self.now)
         assert q.run_now(req.rid) == (req.state, True)
         self._script_end(qi, before)
+
+    @rule(args=SUBMIT, then=SUBMIT, rid=st.sampled_from(("p0", "p1", "p2", "r0")),
+          fid=st.sampled_from(("f0", "f1", "f2", "r1", "p0")),
+          due=st.one_of(st.none(), st.tuples(st.sampled_from(DELAYS), st.booleans())))
+    def submit_flow(self, args: dict[str, Any], then: dict[str, Any], rid: str, fid: str,
+                    due: tuple[int, bool] | None) -> None:
+        """A request and a follow-up held behind it in one call (submit_flow): the request as
+        submit makes it (maybe delayed: `due` is ms from now, by run_at or delay), the
+        follow-up as submit_after; a known request id changes nothing, and says what exists;
+        a follow-up id in use (or the request's own) is refused with nothing written."""
+        qi, n, seal = args["qi"], args["n"], args["seal"]
+        keys = ("priority", "tenant", "concurrency", "max_attempts", "lease_ms", "backoff_ms",
+                "backoff_max_ms")
+        opts, fopts = {k: args[k] for k in keys}, {k: then[k] for k in keys}
+        q, m = self.queues[qi], self.models[qi]
+        n = max(n, 1) if seal else n
+        fn = max(then["n"], 1)
+        when: dict[str, Any] = {}
+        if due is not None:
+            ms, at = due
+            when = ({"run_at": EPOCH + timedelta(milliseconds=self.now + ms)} if at
+                    else {"delay": timedelta(milliseconds=max(ms, 0))})
+        payloads, fpayloads = self._payloads(rid, n), self._payloads(fid, fn)
+
+        def call() -> Flow:
+            return q.submit_flow(payloads, handler="echo", request_id=rid, seal=seal,
+                                 then=FollowUp(fpayloads, handler="echo", request_id=fid, **fopts),
+                                 **opts, **when)
+
+        if fid == rid:
+            with pytest.raises(InvalidInput):
+                call()
+            return
+        existing = m.requests.get(rid)
+        if existing is None and fid in m.requests:
+            with pytest.raises(RequestIdTaken):
+                call()
+            return  # the model is unchanged: the checks after the step see nothing written
+        before = self._script_start(qi)
+        res = call()
+        if existing:
+            f = m.requests.get(fid) if fid in existing.then else None
+            assert res == Flow(
+                Submitted(rid, False, existing.state, len(existing.tasks),
+                          existing.due if existing.state == "scheduled" else 0),
+                (Submitted(fid, False, f.state, len(f.tasks)) if f else None,))
+            return
+        req = Request(rid, **opts, state="active" if seal else "open", model=m)
+        m.requests[rid] = req
+        self._learn(qi, req, payloads)
+        follow = Request(fid, **fopts, state="held", model=m)
+        m.requests[fid] = follow
+        req.then.append(fid)
+        self._learn(qi, follow, fpayloads)
+        held = (Submitted(fid, True, "held", fn),)
+        due_ms = self._due_ms(when)
+        if due_ms > self.now:
+            m.schedule(req, due_ms)
+            self._discover_handoffs(qi)
+            self._settle_wake(qi)
+            assert res == Flow(Submitted(rid, True, "scheduled", n, due_ms), held)
+            return
+        m.promote(self.now)
+        self._script_end(qi, before)
+        assert res == Flow(Submitted(rid, True, req.state, n), held)
 
     @precondition(_any_request)
     @rule(data=st.data(), args=SUBMIT, cancel=st.booleans())

@@ -65,15 +65,16 @@
 --                                       summed run time (us) of the timed failed runs; written
 --                                       by finish(), see metric()
 --
--- Delayed requests (submit.lua with a due time): state "scheduled", hash fields "due_ms" and
--- "due_state" (the state it takes when due: "open" until sealed, then "active"). Its tasks
--- wait in its stream, neither eligible nor in the stats' w:<prio>, until promote_due() (or
--- run_now.lua) makes it due.
+-- Delayed requests (submit.lua or submit_flow.lua with a due time): state "scheduled", hash
+-- fields "due_ms" and "due_state" (the state it takes when due: "open" until sealed, then
+-- "active"). Its tasks wait in its stream, neither eligible nor in the stats' w:<prio>, until
+-- promote_due() (or run_now.lua) makes it due.
 --
--- Follow-ups ("then", submit_after.lua): a request created with a parent is "held" (its
--- tasks wait, not eligible) until the parent completes. The parent's hash field "then" lists
--- them (ids separated by spaces), the follow-up's field "after" names the parent;
--- maybe_complete() of the parent decides (follow_on()).
+-- Follow-ups ("then", submit_after.lua; or created with their parent, submit_flow.lua): a
+-- request created with a parent is "held" (its tasks wait, not eligible) until the parent
+-- completes. The parent's hash field "then" lists them (ids separated by spaces), the
+-- follow-up's field "after" names the parent; maybe_complete() of the parent decides
+-- (follow_on()).
 --
 -- Pseudo-consumers of a request's group hold the parked entries of its PEL:
 --   "~waiting" (back to waiting after a lease expired, a release or a requeue),

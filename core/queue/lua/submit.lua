@@ -22,6 +22,8 @@ ARGV[13] due time: "" = now; "+<ms>" = that long after now; "<ms>" = at that tim
 ARGV[14..] task payloads (JSON text)
 
 Its "submitted" event carries the first tasks' ids and payload text (append_tasks()).
+submit_flow.lua creates a request the same way (this hot path calls no shared helper for
+it): keep the two in step; tests/engine/test_engine_flow.py compares what they store.
 
 Returns {created (1|0), state, total, resume (0, or 2|3 for an unfinished large submit), due
 (ms; 0 when not scheduled)}

@@ -28,6 +28,8 @@ ARGV[13..] task payloads (JSON text): at least one, at most one call's worth (th
          refuses more)
 
 Its "submitted" event carries the first tasks' ids and payload text (append_tasks()).
+submit_flow.lua creates follow-ups the same way, with their parent: keep the two in step;
+tests/engine/test_engine_flow.py compares what they store.
 
 Returns {created (1|0), state, total}
 Errors: -2 no such parent request (nothing is written)

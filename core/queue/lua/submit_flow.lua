@@ -1,0 +1,188 @@
+--[[ submit_flow: create a request with its first tasks, the follow-ups held behind it, and
+optionally a record beside it, in one atomic call: a crash leaves all of it or none of it
+(submit, then submit_after, then a record, as separate calls, could leave a request whose
+follow-up or record never comes).
+
+- The request as submit.lua makes it: its first tasks, sealed or open for add, maybe delayed
+  ("scheduled" until its due time; see _base.lua).
+- Each follow-up as submit_after.lua makes one: sealed with its tasks, "held" (its tasks wait,
+  not eligible, not in the stats' w:<prio>) until the request completes; the request's hash
+  lists them in "then", each names it in "after". The request is new, so it has not
+  completed: every follow-up starts held.
+- The record (core/queue/records.py), when asked: a hash of fields with a life (EXPIRE) and
+  its id in its kind's index at a given time. It replaces a record of that id that is there
+  (left by an earlier request of the same id, which expired before its record).
+
+The creation is repeated here, not shared, so that submit.lua (the hot path) calls no more
+than it did: keep the three in step; tests/engine/test_engine_flow.py compares what they store.
+
+Idempotent on the request id: if the request exists, nothing changes (neither the follow-ups
+nor the record) and the current state of the request and of each follow-up is returned. If it
+does not but a follow-up's id is another request's, nothing is written (-10).
+
+KEYS[1..8]   queue-level keys (see _base.lua)
+KEYS[9]      <p>:{Q}:req:<rid>              the request's hash
+KEYS[10]     <p>:{Q}:req:<rid>:tasks        its task stream (group "g" created here)
+KEYS[9+2i]   <p>:{Q}:req:<fid_i>            follow-up i's hash (i = 1..F)
+KEYS[10+2i]  <p>:{Q}:req:<fid_i>:tasks      its task stream
+then, with a record (ARGV[15] > 0):
+KEYS[11+2F]  <p>:{Q}:<kind>:<record id>     the record's hash
+KEYS[12+2F]  <p>:{Q}:<kind>s                its kind's index: record id -> time (ms)
+Derived:     tr:<prio>:<tenant>, state:open|active|scheduled|held, idle, handoff:<consumer>,
+             delayed:<prio>, dprio, scheduled, scheduled:<prio>, sprio (see _base.lua)
+
+ARGV[1]  rid          ARGV[2]  now (ms)      ARGV[3]  priority (0-99)
+ARGV[4]  concurrency  ARGV[5]  tenant        ARGV[6]  handler
+ARGV[7]  max_attempts ARGV[8]  lease_ms      ARGV[9]  retention_ms
+ARGV[10] backoff_ms   ARGV[11] backoff_max_ms
+ARGV[12] 1 = sealed now; 0 = open for add (then seal)
+ARGV[13] due time, as submit.lua's: "" = now; "+<ms>" = that long after now; "<ms>" = at that
+         time (ms since the epoch); not after now is now
+ARGV[14] F, the number of follow-ups (0 or more)
+ARGV[15] R, the number of the record's fields (0: no record)
+ARGV[16] the record's id     ARGV[17] its life (s)     ARGV[18] its time in the index (ms)
+ARGV[19..] each follow-up in turn: its id, its nine options (as ARGV[3..11]), its number of
+         tasks n (at least 1), its n payloads (JSON text)
+then     the record's R fields and values (field, value, field, value, ...)
+then     the request's task payloads (JSON text), to the end
+The client keeps the whole call within one submit's worth of tasks (SUBMIT_BATCH).
+
+Events: "submitted" for the request, then for each follow-up (with "after"), carrying their
+first tasks' ids and payload text (append_tasks()).
+
+Returns {created (1|0), state, total, due (ms; 0 when not scheduled), then for each follow-up
+its state and total}; when the request existed, a follow-up that does not exist, or is not
+this request's, is false, 0.
+Errors: -10 a follow-up's id is taken by an existing request (nothing is written)
+--]]
+--@include common
+
+local rid, now = ARGV[1], now_ms(ARGV[2])
+local rk, sk = KEYS[9], KEYS[10]
+local nf, nr = tonumber(ARGV[14]), tonumber(ARGV[15])
+
+if redis.call('EXISTS', rk) == 1 then
+  local cur = redis.call('HMGET', rk, 'state', 'total', 'due_ms')
+  local due = 0
+  if cur[1] == 'scheduled' then due = tonumber(cur[3]) end
+  local out = {0, cur[1], tonumber(cur[2]), due}
+  for i = 1, nf do
+    local f = redis.call('HMGET', KEYS[9 + 2 * i], 'state', 'total', 'after')
+    if f[3] == rid then
+      out[#out + 1] = f[1]
+      out[#out + 1] = tonumber(f[2])
+    else  -- absent, or not a follow-up of this request
+      out[#out + 1] = false
+      out[#out + 1] = 0
+    end
+  end
+  return out
+end
+for i = 1, nf do
+  if redis.call('EXISTS', KEYS[9 + 2 * i]) == 1 then return -10 end
+end
+
+local due = nil
+if ARGV[13] ~= '' then
+  if string.sub(ARGV[13], 1, 1) == '+' then
+    due = now + tonumber(string.sub(ARGV[13], 2))
+  else
+    due = tonumber(ARGV[13])
+  end
+  if due <= now then due = nil end
+end
+
+-- Where each part of ARGV starts: the follow-ups, the record's fields, the request's tasks.
+local follows, at = {}, 19
+for i = 1, nf do
+  local n = tonumber(ARGV[at + 10])
+  follows[i] = {id = ARGV[at], opt = at, n = n, first = at + 11}
+  at = at + 11 + n
+end
+local record_at, first = at, at + 2 * nr
+local ids_then = {}
+for i = 1, nf do ids_then[i] = follows[i].id end
+
+-- The request, as submit.lua creates it, with its follow-ups in "then".
+local n = #ARGV - first + 1
+redis.call('XGROUP', 'CREATE', sk, GROUP, '0', 'MKSTREAM')
+local ids, txt = append_tasks(sk, ARGV, first, 0)
+local state = ARGV[12] == '1' and 'active' or 'open'
+local fields = {'state', state, 'tenant', ARGV[5], 'handler', ARGV[6], 'priority', ARGV[3],
+  'concurrency', ARGV[4], 'waiting', text(n), 'lease_ms', ARGV[8], 'retention_ms', ARGV[9],
+  'total', text(n), 'max_attempts', ARGV[7], 'backoff_ms', ARGV[10], 'backoff_max_ms', ARGV[11],
+  'created_ms', text(now), 'updated_ms', text(now)}
+local then_text = nil
+if nf > 0 then
+  then_text = table.concat(ids_then, ' ')
+  fields[#fields + 1] = 'then'
+  fields[#fields + 1] = then_text
+end
+if due then
+  fields[2] = 'scheduled'
+  fields[#fields + 1] = 'due_state'
+  fields[#fields + 1] = state
+  fields[#fields + 1] = 'due_ms'
+  fields[#fields + 1] = text(due)
+  state = 'scheduled'
+end
+redis.call('HSET', rk, unpack(fields))
+redis.call('ZADD', state_key(state), text(now), rid)
+local h = {id = rid, state = state, tenant = ARGV[5], handler = ARGV[6],
+           priority = tonumber(ARGV[3]), concurrency = tonumber(ARGV[4]), total = n,
+           waiting = n, retry = 0, leased = 0, delayed = 0, done = 0, dead = 0, cancelled = 0,
+           discarded = 0, max_attempts = tonumber(ARGV[7]), lease_ms = tonumber(ARGV[8]),
+           retention_ms = tonumber(ARGV[9]), backoff_ms = tonumber(ARGV[10]),
+           backoff_max_ms = tonumber(ARGV[11]), retention_text = ARGV[9], ['then'] = then_text,
+           _elig = false, _state0 = state, _dirty = false, _moved = false}
+REQS[rid] = h
+stat('submitted', n)
+if due then
+  tasks_event('submitted', rid, ids, txt, 'tasks', text(n), 'priority', ARGV[3],
+              'tenant', ARGV[5], 'due', text(due))
+  schedule_req(h, due)
+else
+  bump_waiting_stat(h, n)
+  tasks_event('submitted', rid, ids, txt, 'tasks', text(n), 'priority', ARGV[3],
+              'tenant', ARGV[5])
+end
+
+-- The follow-ups, as submit_after.lua creates them behind a parent that has not completed.
+local out = {1, h.state, n, due or 0}
+for i = 1, nf do
+  local f = follows[i]
+  local o = f.opt
+  local fk, fsk = KEYS[9 + 2 * i], KEYS[10 + 2 * i]
+  local payloads = {}
+  for j = 1, f.n do payloads[j] = ARGV[f.first + j - 1] end
+  redis.call('XGROUP', 'CREATE', fsk, GROUP, '0', 'MKSTREAM')
+  local fids, ftxt = append_tasks(fsk, payloads, 1, 0)
+  redis.call('HSET', fk, 'state', 'held', 'tenant', ARGV[o + 3], 'handler', ARGV[o + 4],
+    'priority', ARGV[o + 1], 'concurrency', ARGV[o + 2], 'waiting', text(f.n),
+    'lease_ms', ARGV[o + 6], 'retention_ms', ARGV[o + 7], 'total', text(f.n),
+    'max_attempts', ARGV[o + 5], 'backoff_ms', ARGV[o + 8], 'backoff_max_ms', ARGV[o + 9],
+    'created_ms', text(now), 'updated_ms', text(now), 'after', rid)
+  redis.call('ZADD', state_key('held'), text(now), f.id)
+  stat('submitted', f.n)  -- w:<prio> counts work that can run: a held request's, once released
+  tasks_event('submitted', f.id, fids, ftxt, 'tasks', text(f.n), 'priority', ARGV[o + 1],
+              'tenant', ARGV[o + 3], 'after', rid)
+  out[#out + 1] = 'held'
+  out[#out + 1] = f.n
+end
+
+-- The record: what is left of an earlier one of this id goes, so its fields are these alone.
+if nr > 0 then
+  local key, index = KEYS[11 + 2 * nf], KEYS[12 + 2 * nf]
+  local values = {}
+  for j = 1, 2 * nr do values[j] = ARGV[record_at + j - 1] end
+  redis.call('DEL', key)
+  redis.call('HSET', key, unpack(values))
+  redis.call('EXPIRE', key, ARGV[17])
+  redis.call('ZADD', index, ARGV[18], ARGV[16])
+end
+
+if not due then
+  sync_ready(h)
+  dispatch_idle()
+end
+return out
