@@ -43,6 +43,80 @@ def read_input(session: SparkSession, spec: JobSpec, files: list[str] | None = N
     return r.load(files if files is not None else spec.input)  # type: ignore[no-any-return]
 
 
+FOOTER_FILES = 64  # at most this many files' footers compared for footer_frame()
+SMALL_PARTS_BYTES = 2 * 1024 * 1024  # parts up to this size on disk go to Spark in the plan
+
+
+def footer_frame(session: SparkSession, files: list[str]) -> DataFrame | None:
+    """An empty frame with the columns Spark reads from the Parquet `files`, made from their
+    footers alone: Spark then neither lists nor opens them (a split's analysis of a 40M-row
+    file: 0.27 s read by Spark, 0.13 s this way, measured on the stack's server). None when
+    the files' schemas differ or hold a type that Spark reads by its settings or otherwise
+    than Arrow says (INT96, a timestamp without a zone, unsigned integers, ...): the caller
+    lets Spark read them."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    if not files or len(files) > FOOTER_FILES:
+        return None
+    try:
+        first = pq.ParquetFile(files[0])
+        if any(first.schema.column(i).physical_type == "INT96"
+               for i in range(len(first.schema))):
+            return None
+        arrow = first.schema_arrow
+        if not all(_plain_type(f.type) for f in arrow) or any(
+                not pq.read_schema(f).equals(arrow) for f in files[1:]):
+            return None
+        schema = from_arrow_schema(arrow, prefer_timestamp_ntz=False)
+    except (OSError, ValueError, TypeError, NotImplementedError, pa.ArrowException):
+        return None
+    return session.createDataFrame([], schema)
+
+
+def _plain_type(t: Any) -> bool:
+    """An Arrow type that maps to one Spark type whatever Spark's settings say."""
+    import pyarrow as pa
+
+    p = pa.types
+    if p.is_list(t) or p.is_large_list(t):
+        return _plain_type(t.value_type)
+    if p.is_struct(t):
+        return all(_plain_type(t.field(i).type) for i in range(t.num_fields))
+    if p.is_map(t):
+        return _plain_type(t.key_type) and _plain_type(t.item_type)
+    if p.is_timestamp(t):
+        return t.tz is not None and t.unit in ("ms", "us")
+    if p.is_decimal(t):
+        return bool(t.precision <= 38)
+    return bool(p.is_boolean(t) or p.is_signed_integer(t) or p.is_float32(t)
+                or p.is_float64(t) or p.is_string(t) or p.is_binary(t) or p.is_date32(t))
+
+
+def small_parts_frame(session: SparkSession, dirs: list[Path],
+                      schema: StructType) -> DataFrame | None:
+    """The chunks' Parquet parts in `dirs`, read here and sent to Spark in the plan, cast to
+    `schema` (the split's analysis), when they take at most SMALL_PARTS_BYTES (an aggregate's
+    few hundred rows): the combine's Spark job then has no files to list and scan (0.46 s ->
+    0.32 s for two parts of 185 rows). None when they are larger or do not read as `schema`
+    says: the caller lets Spark read them."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    files = [f for d in dirs for f in data_files(d)]
+    if sum(f.stat().st_size for f in files) > SMALL_PARTS_BYTES:
+        return None
+    try:
+        tables = [pq.read_table(f) for f in files]
+        if not tables or len(tables[0].schema) != len(schema.fields):
+            return None
+        table = pa.concat_tables(tables)
+        return session.createDataFrame(table, schema)
+    except (OSError, ValueError, TypeError, pa.ArrowException):
+        return None
+
+
 def parse_lines(lines: DataFrame, fmt: str, schema: StructType) -> DataFrame:
     """Lines of CSV or JSON (a column `value`) as rows of `schema`, parsed by Spark's own
     parsers with the options its reader uses (a malformed record fails, FAILFAST); blank lines

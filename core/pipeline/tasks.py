@@ -195,10 +195,15 @@ def split(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext,
             if planned[1] != "row groups":
                 planned = None  # files or rows: the chunks read better with Spark's schema
         fields: dict[str, Any] = {"schema": "", "parts_schema": ""}
+        # A local Parquet input without partition folders: its columns from the footers.
+        footers = listing is not None and listing.base is None and spec.format == "parquet"
         if planned is None:
             with sparking(spec, payload, ctx) as session:
-                frame = io.read_input(session, spec, listing.files if listing else None,
-                                      base=listing.base if listing else None)
+                frame = io.footer_frame(session, listing.files) if footers and listing \
+                    else None
+                if frame is None:
+                    frame = io.read_input(session, spec, listing.files if listing else None,
+                                          base=listing.base if listing else None)
                 if listing is None:  # remote: Spark lists the files
                     listing = plan.Listing(sorted(frame.inputFiles()))
                 # The input's schema (a CSV's or JSON's inferred once here, as Spark's own
@@ -211,7 +216,9 @@ def split(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext,
         else:
             assert listing is not None  # a local input: listed above
             with sparking(spec, payload, ctx) as session:
-                frame = io.read_input(session, spec, listing.files)
+                frame = io.footer_frame(session, listing.files) if footers else None
+                if frame is None:
+                    frame = io.read_input(session, spec, listing.files)
                 fields["parts_schema"] = _analyse(session, spec, frame, statements)
         reads, how, rows = planned
         assert listing is not None
@@ -443,10 +450,14 @@ def combine(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext,
     shutil.rmtree(staged_out, ignore_errors=True)
     with sparking(spec, payload, ctx) as session:
         if statements.combine_sql is not None:
-            reader = session.read
-            if rec.get("parts_schema"):  # as the split's analysis found it: no inference
-                reader = reader.schema(StructType.fromJson(json.loads(rec["parts_schema"])))
-            parts = reader.parquet(*(str(spec.part_dir(k)) for k in range(n)))
+            schema = StructType.fromJson(json.loads(rec["parts_schema"])) \
+                if rec.get("parts_schema") else None  # as the split's analysis found it
+            dirs = [spec.part_dir(k) for k in range(n)]
+            parts = io.small_parts_frame(session, dirs, schema) if schema is not None \
+                else None
+            if parts is None:
+                reader = session.read if schema is None else session.read.schema(schema)
+                parts = reader.parquet(*(str(d) for d in dirs))
             parts.createOrReplaceTempView("parts")
             io.register_views(session, spec)
             seen = Observation("rows_out")

@@ -7,15 +7,18 @@ different schemas, SQL that only Spark can tell is wrong)."""
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from pyspark.sql.types import StructType
 
-from core.pipeline import jobs
+from core.pipeline import io, jobs
 from core.pipeline.transforms import transform
 from core.queue import Queue
 from core.worker import Worker, WorkerConfig
@@ -232,3 +235,82 @@ def test_concurrent_slots_keep_their_views_apart(
         want = flights(400, seed=seed)
         got = spark_session.read.parquet(spec.output).toPandas().sort_values("id")
         assert got.carrier.tolist() == want.carrier.tolist()
+
+
+# -- what the split and the combine read without Spark's file reader -----------------------
+
+
+def typed_table() -> pa.Table:
+    """Columns of every type footer_frame() maps itself: nested ones, a zoned timestamp, a
+    decimal, a date; nulls in each."""
+    utc = pa.timestamp("us", tz="UTC")
+    return pa.table({
+        "b": pa.array([True, None, False]), "i8": pa.array([1, None, 3], pa.int8()),
+        "i64": pa.array([1, 2, None], pa.int64()), "f": pa.array([0.5, None, 2.0]),
+        "s": pa.array(["a", None, "c"]), "bin": pa.array([b"x", None, b"z"]),
+        "d": pa.array([1, None, 19_000], pa.date32()),
+        "ts": pa.array([0, 1_700_000_000_000_000, None], utc),
+        "dec": pa.array([None, Decimal("1.00"), Decimal("2.50")], pa.decimal128(12, 2)),
+        "l": pa.array([[1, 2], None, []], pa.list_(pa.int32())),
+        "st": pa.array([{"x": 1, "y": "a"}, None, {"x": None, "y": "c"}]),
+        "m": pa.array([[("k", 1.0)], None, []], pa.map_(pa.string(), pa.float64())),
+    })
+
+
+def test_a_footer_gives_the_columns_spark_reads(spark_session: Any, tmp_path: Path) -> None:
+    path = tmp_path / "typed.parquet"
+    pq.write_table(typed_table(), path)
+    frame = io.footer_frame(spark_session, [str(path), str(path)])
+    assert frame is not None
+    spark = spark_session.read.parquet(str(path)).schema
+    assert [(f.name, f.dataType) for f in frame.schema.fields] == \
+        [(f.name, f.dataType) for f in spark.fields]
+    assert frame.count() == 0
+
+
+@pytest.mark.parametrize("case", ["int96", "naive timestamp", "unsigned", "two schemas",
+                                  "not parquet"])
+def test_a_footer_spark_might_read_otherwise_leaves_it_to_spark(
+    spark_session: Any, tmp_path: Path, case: str
+) -> None:
+    path, other = tmp_path / "a.parquet", tmp_path / "b.parquet"
+    files = [str(path)]
+    if case == "int96":
+        pq.write_table(pa.table({"t": pa.array([0], pa.timestamp("us", tz="UTC"))}), path,
+                       use_deprecated_int96_timestamps=True)
+    elif case == "naive timestamp":  # TimestampType or TimestampNTZ: Spark's settings say
+        pq.write_table(pa.table({"t": pa.array([0], pa.timestamp("us"))}), path)
+    elif case == "unsigned":
+        pq.write_table(pa.table({"u": pa.array([1], pa.uint32())}), path)
+    elif case == "two schemas":
+        pq.write_table(pa.table({"x": [1]}), path)
+        pq.write_table(pa.table({"x": ["1"]}), other)
+        files.append(str(other))
+    else:
+        path.write_text("not parquet")
+    assert io.footer_frame(spark_session, files) is None
+
+
+def test_small_parts_reach_spark_as_they_were_written(
+    spark_session: Any, tmp_path: Path
+) -> None:
+    """Parts Spark wrote (a zoned timestamp, a decimal, nested columns), read here and cast
+    to the split's schema, hold the rows Spark reads from them; past the size limit, or not
+    of the schema, they are left to Spark."""
+    src = tmp_path / "typed.parquet"
+    pq.write_table(typed_table(), src)
+    dirs = [tmp_path / "parts" / f"{k:05d}" for k in range(2)]
+    for d, where in zip(dirs, ("i64 IS NULL OR i64 % 2 = 0", "i64 % 2 = 1"), strict=True):
+        spark_session.read.parquet(str(src)).where(where).write.parquet(str(d))
+    schema = spark_session.read.parquet(*(str(d) for d in dirs)).schema
+    frame = io.small_parts_frame(spark_session, dirs, schema)
+    assert frame is not None
+    got = sorted(frame.collect(), key=str)
+    assert got == sorted(spark_session.read.parquet(*(str(d) for d in dirs)).collect(), key=str)
+    assert len(got) == 3
+    assert io.small_parts_frame(spark_session, dirs[:1], StructType(schema.fields[:2])) is None
+    big = tmp_path / "big" / "00000"
+    big.mkdir(parents=True)
+    pq.write_table(pa.table({"x": np.random.default_rng(1).random(400_000)}),
+                   big / "part-0.parquet")
+    assert io.small_parts_frame(spark_session, [big], StructType()) is None
