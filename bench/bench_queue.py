@@ -319,10 +319,10 @@ def bench_metrics(
     for mode, measured in runs.items():
         out[f"metrics_{mode}_one_task_requests_per_s"] = round(
             statistics.median(run.tasks / run.elapsed for run in measured))
-        out[f"metrics_{mode}_redis_cpu_us_per_task"] = statistics.median(
-            run.per_task(run.redis_cpu_us) for run in measured)
-        out[f"metrics_{mode}_script_us_per_task"] = statistics.median(
-            run.per_task(run.script_us) for run in measured)
+        out[f"metrics_{mode}_redis_cpu_us_per_task"] = round(statistics.median(
+            run.per_task(run.redis_cpu_us) for run in measured), 2)
+        out[f"metrics_{mode}_script_us_per_task"] = round(statistics.median(
+            run.per_task(run.script_us) for run in measured), 2)
         out[f"metrics_{mode}_runs_per_s"] = [round(run.tasks / run.elapsed) for run in measured]
     out["metrics_rate_on_vs_off"] = round(
         out["metrics_on_one_task_requests_per_s"] / out["metrics_off_one_task_requests_per_s"], 3)
