@@ -28,7 +28,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,10 @@ class InputFile:
     group_rows: tuple[int, ...] = ()  # Parquet: rows of each row group, in file order
     group_bytes: tuple[int, ...] = ()  # Parquet: compressed bytes each group holds of the
     # columns the job reads (all of them when not known)
+    # Parquet: the columns as Arrow reads them (a pyarrow Schema), and whether one is INT96
+    # (which Arrow and Spark read differently): for io.footer_frame().
+    schema: Any = field(default=None, compare=False, repr=False)
+    int96: bool = field(default=False, compare=False, repr=False)
 
     @property
     def rows(self) -> int:
@@ -116,7 +120,10 @@ def read_footers(paths: list[str], columns: list[str] | None = None) -> list[Inp
                 rg.column(c).total_compressed_size for c in range(rg.num_columns)
                 if wanted is None
                 or rg.column(c).path_in_schema.split(".")[0].lower() in wanted))
-        out.append(InputFile(path, os.path.getsize(path), tuple(rows), tuple(sizes)))
+        schema = md.schema
+        int96 = any(schema.column(i).physical_type == "INT96" for i in range(len(schema)))
+        out.append(InputFile(path, os.path.getsize(path), tuple(rows), tuple(sizes),
+                             schema.to_arrow_schema(), int96))
     return out
 
 

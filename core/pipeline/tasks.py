@@ -188,19 +188,20 @@ def split(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext,
         slots = min(_free_slots(q), info.concurrency if info else 1)
         target = spark.target_from_settings().description
         reader = jvm.known_available(target)
+        # A local Parquet input without partition folders: its footers, read once, give the
+        # plan and the columns.
+        footers = _footers(spec, listing, statements) \
+            if listing is not None and listing.base is None and spec.format == "parquet" \
+            else None
         planned = None
-        if reader and listing is not None and listing.base is None \
-                and spec.format == "parquet":
-            planned = _plan(spec, listing, statements, reader, slots)
+        if reader and footers is not None and listing is not None:
+            planned = _plan(spec, listing, statements, reader, slots, footers)
             if planned[1] != "row groups":
                 planned = None  # files or rows: the chunks read better with Spark's schema
         fields: dict[str, Any] = {"schema": "", "parts_schema": ""}
-        # A local Parquet input without partition folders: its columns from the footers.
-        footers = listing is not None and listing.base is None and spec.format == "parquet"
         if planned is None:
             with sparking(spec, payload, ctx) as session:
-                frame = io.footer_frame(session, listing.files) if footers and listing \
-                    else None
+                frame = io.footer_frame(session, footers) if footers is not None else None
                 if frame is None:
                     frame = io.read_input(session, spec, listing.files if listing else None,
                                           base=listing.base if listing else None)
@@ -212,11 +213,11 @@ def split(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext,
                 fields["parts_schema"] = _analyse(session, spec, frame, statements)
                 reader = jvm.available_at(session, target)
             assert listing is not None
-            planned = _plan(spec, listing, statements, reader, slots)
+            planned = _plan(spec, listing, statements, reader, slots, footers)
         else:
-            assert listing is not None  # a local input: listed above
+            assert listing is not None and footers is not None  # a local input: listed above
             with sparking(spec, payload, ctx) as session:
-                frame = io.footer_frame(session, listing.files) if footers else None
+                frame = io.footer_frame(session, footers)
                 if frame is None:
                     frame = io.read_input(session, spec, listing.files)
                 fields["parts_schema"] = _analyse(session, spec, frame, statements)
@@ -255,21 +256,30 @@ def _analyse(session: SparkSession, spec: JobSpec, frame: DataFrame,
     return result_schema.json()
 
 
+def _footers(spec: JobSpec, listing: plan.Listing,
+             statements: check.Statements) -> list[plan.InputFile]:
+    """The local Parquet input's footers (row groups, the bytes of the columns the SQL reads,
+    the schema)."""
+    reads_cols = statements.sql.reads.get("chunk") if statements.sql and \
+        statements.sql.reads else None
+    try:
+        return plan.read_footers(listing.files, sorted(reads_cols) if reads_cols else None)
+    except plan.InputError as exc:  # no retry changes the file
+        raise DataJobError(f"the split of job {spec.job_id}: {exc}", permanent=True) from exc
+    except FileNotFoundError as exc:
+        raise DataJobError(f"the split of job {spec.job_id}: a file is missing (moved or "
+                           f"deleted since the job was submitted?): {exc}") from exc
+
+
 def _plan(spec: JobSpec, listing: plan.Listing, statements: check.Statements, reader: bool,
-          slots: int) -> tuple[list[dict[str, Any]], str, int | None]:
+          slots: int, footers: list[plan.InputFile] | None = None,
+          ) -> tuple[list[dict[str, Any]], str, int | None]:
     """The chunks' reads, how the input was cut, and its rows (None when not known), for a job
-    that can run on `slots` worker slots at once."""
+    that can run on `slots` worker slots at once (`footers`: a local Parquet input's, if
+    read already)."""
     local = is_local(spec.input)
     if spec.format == "parquet" and local:
-        reads_cols = statements.sql.reads.get("chunk") if statements.sql and \
-            statements.sql.reads else None
-        try:
-            files = plan.read_footers(listing.files, sorted(reads_cols) if reads_cols else None)
-        except plan.InputError as exc:  # no retry changes the file
-            raise DataJobError(f"the split of job {spec.job_id}: {exc}", permanent=True) from exc
-        except FileNotFoundError as exc:
-            raise DataJobError(f"the split of job {spec.job_id}: a file is missing (moved or "
-                               f"deleted since the job was submitted?): {exc}") from exc
+        files = footers if footers is not None else _footers(spec, listing, statements)
         rows = sum(f.rows for f in files)
         work = sum(sum(f.group_bytes) for f in files)
         n = plan.chunk_count(spec, rows=rows, work_bytes=work, slots=slots)
