@@ -80,7 +80,9 @@ class Consumer(Results):
             reply = self._dequeue_call(consumer, count, acks, lease_ms, idle_handoff,
                                        tallied=counts)
         except BaseException:
-            tally.put_back(counts)  # the call may not have run: counted with the next one
+            # The call may not have run: counted with the next one (if it ran and only its
+            # reply was lost, they count twice: a second of a handler's counts, never a task).
+            tally.put_back(counts)
             raise
         tally.add(handlers, durations, reply[0])
         return reply
