@@ -97,11 +97,11 @@ def test_results_are_kept_and_read_on_a_cluster(cluster_client: ClusterClient) -
         assert introspect.result_text(q, "r", leases[2].task_id) == '"three"'
 
 
-def test_a_flow_is_made_and_run_on_a_cluster(client: ClusterClient) -> None:
+def test_a_flow_is_made_and_run_on_a_cluster(cluster_client: ClusterClient) -> None:
     """The flow's keys (request, follow-up, record and its index) share the queue's slot."""
     prefix = "c" + uuid.uuid4().hex[:8]
     for name in ("qa", "qb", "qc"):
-        q = Queue(client, name, prefix=prefix)
+        q = Queue(cluster_client, name, prefix=prefix)
         flow = q.submit_flow([1, 2], handler="echo", request_id="j", seal=False,
                              then=FollowUp([3], handler="echo", request_id="j.combine"),
                              record=q.records("job").new("j", {"spec": "s"}, keep_s=60,
