@@ -408,6 +408,21 @@ def is_connect(session: SparkSession) -> bool:
 
 
 @contextlib.contextmanager
+def shuffle_partitions(session: SparkSession, n: int) -> Iterator[None]:
+    """The block's queries shuffle into `n` partitions; the session's own setting after."""
+    key = "spark.sql.shuffle.partitions"
+    before = session.conf.get(key)
+    session.conf.set(key, str(n))
+    try:
+        yield
+    finally:
+        if before is None:
+            session.conf.unset(key)
+        else:
+            session.conf.set(key, before)
+
+
+@contextlib.contextmanager
 def cancellable(session: SparkSession, tag: str, should_stop: Any, *,
                 pool: str | None = None) -> Iterator[None]:
     """Run the block's Spark jobs in the job group `tag` (classic Spark; an operation tag on

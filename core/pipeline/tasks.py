@@ -465,15 +465,19 @@ def combine(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext,
             dirs = [spec.part_dir(k) for k in range(n)]
             parts = io.small_parts_frame(session, dirs, schema) if schema is not None \
                 else None
+            # Small parts and no other table: one shuffle partition is plenty, and an ORDER BY
+            # needs no sampling job for its ranges (the README job's combine: 0.39 -> 0.26 s).
+            tiny = parts is not None and not spec.views
             if parts is None:
                 reader = session.read if schema is None else session.read.schema(schema)
                 parts = reader.parquet(*(str(d) for d in dirs))
             parts.createOrReplaceTempView("parts")
             io.register_views(session, spec)
             seen = Observation("rows_out")
-            io.write(session.sql(statements.combine_sql.text).observe(
-                seen, F.count(F.lit(1)).alias("rows")), staged_out, spec.output_format)
-            rows_out = int(seen.get["rows"])
+            with spark.shuffle_partitions(session, 1) if tiny else contextlib.nullcontext():
+                io.write(session.sql(statements.combine_sql.text).observe(
+                    seen, F.count(F.lit(1)).alias("rows")), staged_out, spec.output_format)
+                rows_out = int(seen.get["rows"])
         else:
             staged_out.mkdir(parents=True)
             for k in range(n):

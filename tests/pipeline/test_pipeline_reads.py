@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql.types import StructType
 
-from core.pipeline import io, jobs, plan
+from core.pipeline import io, jobs, plan, spark
 from core.pipeline.transforms import transform
 from core.queue import Queue
 from core.worker import Worker, WorkerConfig
@@ -311,3 +311,16 @@ def test_small_parts_reach_spark_as_they_were_written(
     pq.write_table(pa.table({"x": np.random.default_rng(1).random(400_000)}),
                    big / "part-0.parquet")
     assert io.small_parts_frame(spark_session, [big], StructType()) is None
+
+
+def test_a_tiny_combine_shuffles_into_one_partition_and_gives_the_setting_back(
+    spark_session: Any,
+) -> None:
+    key = "spark.sql.shuffle.partitions"
+    before = spark_session.conf.get(key)
+    frame = spark_session.createDataFrame(pa.table({"k": [3, 1, 2, 1]}))
+    with spark.shuffle_partitions(spark_session, 1):
+        assert spark_session.conf.get(key) == "1"
+        ordered = frame.groupBy("k").count().orderBy("k")
+        assert [r.k for r in ordered.collect()] == [1, 2, 3]
+    assert spark_session.conf.get(key) == before
