@@ -188,16 +188,6 @@ def warm(url: str, scratch: Path, *, rows: int = 300_000) -> float:
             result.write.mode("overwrite").parquet(str(scratch / f"out{i}"))
             result.coalesce(1).write.mode("overwrite").option("header", "true").csv(
                 str(scratch / f"csv{i}"))
-            # What a split and a combine send in the plan (io.footer_frame(),
-            # io.small_parts_frame()): analysed over an empty frame, then a few rows
-            # aggregated, sorted and written as one CSV file.
-            parts = result.toArrow()
-            session.createDataFrame([], session.read.parquet(data).schema) \
-                .createOrReplaceTempView("chunk")
-            session.sql(WARM_SQL).schema  # noqa: B018  (analysed here)
-            session.createDataFrame(parts).createOrReplaceTempView("parts")
-            session.sql("SELECT k, sum(s) AS s FROM parts GROUP BY k ORDER BY k").coalesce(1) \
-                .write.mode("overwrite").option("header", "true").csv(str(scratch / f"c{i}"))
     finally:
         session.stop()
         shutil.rmtree(scratch, ignore_errors=True)
