@@ -78,7 +78,6 @@ def test_a_job_submit_writes_through_one_engine_call(
     assert jobs.submit(queue, a_spec(tmp_path, "warm"))  # the library loaded, queue registered
     sent = Sent(redis_client)
     assert jobs.submit(queue, a_spec(tmp_path, "j1"), jobs.QueueOptions(concurrency=4))
-    print(f"data job submit: {len(sent.trips)} round trips: {sent.commands}")
     assert sent.writing_trips == [["fcall"]]
     assert sent.commands == ["hgetall", "hgetall", "fcall"]
     req, comb = introspect.request(queue, "j1"), introspect.request(queue, "j1.combine")
