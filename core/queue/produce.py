@@ -232,14 +232,8 @@ class Producer(QueueBase):
         the existing request (created=False). Warns (UnknownHandlerWarning) once per queue and
         handler when no worker of the queue has announced `handler`.
         """
-        rid = validate_id(request_id, "request id") if request_id is not None else new_request_id()
-        meta = _options(handler, options)
-        if not isinstance(seal, bool):
-            raise InvalidInput(f"seal must be True or False, got {seal!r}")
-        due = due_spec(run_at, delay)
-        payloads = self._encode(tasks)
-        if seal and not payloads:
-            raise InvalidInput("a request needs at least one task (or submit with seal=False)")
+        rid, meta, due, payloads = self._checked(tasks, handler, request_id, seal, run_at,
+                                                 delay, options)
         mode = 1 if seal else 0
         if len(payloads) > SUBMIT_BATCH:
             mode = 2 if seal else 3  # too large for one call: the rest follows by add
@@ -321,14 +315,8 @@ class Producer(QueueBase):
         with nothing written, if it does not but a follow-up's id is another request's.
         At most SUBMIT_BATCH tasks in all; with seal=False, add() more, then seal().
         """
-        rid = validate_id(request_id, "request id") if request_id is not None else new_request_id()
-        meta = _options(handler, options)
-        if not isinstance(seal, bool):
-            raise InvalidInput(f"seal must be True or False, got {seal!r}")
-        due = due_spec(run_at, delay)
-        payloads = self._encode(tasks)
-        if seal and not payloads:
-            raise InvalidInput("a request needs at least one task (or submit with seal=False)")
+        rid, meta, due, payloads = self._checked(tasks, handler, request_id, seal, run_at,
+                                                 delay, options)
         follow, fids, fargs, fkeys = self._follow_ups(rid, then)
         count = len(payloads) + sum(len(a) - 11 for a in fargs)  # id, 9 options, n: 11
         if count > SUBMIT_BATCH:
@@ -407,6 +395,22 @@ class Producer(QueueBase):
             fargs.append([fid, *meta, len(fp), *fp])
             fkeys += [self.keys.request(fid), self.keys.tasks(fid)]
         return follow, fids, fargs, fkeys
+
+    def _checked(
+        self, tasks: Iterable[Any], handler: str, request_id: str | None, seal: bool,
+        run_at: datetime | None, delay: float | timedelta | None, options: RequestOptions,
+    ) -> tuple[str, list[int | str], str, list[bytes]]:
+        """A new request's id, options, due time and encoded tasks, checked (submit's and
+        submit_flow's arguments)."""
+        rid = validate_id(request_id, "request id") if request_id is not None else new_request_id()
+        meta = _options(handler, options)
+        if not isinstance(seal, bool):
+            raise InvalidInput(f"seal must be True or False, got {seal!r}")
+        due = due_spec(run_at, delay)
+        payloads = self._encode(tasks)
+        if seal and not payloads:
+            raise InvalidInput("a request needs at least one task (or submit with seal=False)")
+        return rid, meta, due, payloads
 
     def _append_from(self, rid: str, payloads: list[bytes], total: int) -> int:
         while total < len(payloads):

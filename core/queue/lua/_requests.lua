@@ -2,7 +2,8 @@
 --   changed in memory and written back by finish(); the stats; results kept with an ack.
 -- One of the engine's helper files (`--@include common` brings them all, in the order of
 -- scripts.py's HELPERS); it may use what the files before it define (_base.lua).
--- Defines: set_late, load_req, mark, set_field, write_rel, split_results, store_result, add, stat.
+-- Defines: set_late, load_req, mark, set_field, write_rel, split_results, store_result, add, stat,
+--   due_of, create_req.
 --
 
 -- The request fields every operation reads (load_req()): those leasing needs (LEASE), then
@@ -153,4 +154,46 @@ end
 -- Add d to a field of the queue's stats hash (written by finish(), one HINCRBY per field).
 local function stat(f, d)
   if d ~= 0 then STATS[f] = (STATS[f] or 0) + d end
+end
+
+-- A submit's due time from its argument ("" = now, "+<ms>" = that long after now, "<ms>" = at
+-- that time, ms since the epoch): nil when it is not after now.
+local function due_of(arg, now)
+  if arg == '' then return nil end
+  local due
+  if string.sub(arg, 1, 1) == '+' then
+    due = now + tonumber(string.sub(arg, 2))
+  else
+    due = tonumber(arg)
+  end
+  if due <= now then return nil end
+  return due
+end
+
+-- Create request `rid` with `n` tasks in `state`: its hash `rk` (its options from argv[p..p+8]:
+-- priority, concurrency, tenant, handler, max_attempts, lease_ms, retention_ms, backoff_ms,
+-- backoff_max_ms; then the field/value pairs of `extra`) and its entry in the state's index.
+-- The counters that start at 0 (retry, leased, delayed, done, dead, cancelled, discarded) are
+-- not written: every reader takes a missing counter as 0. Returns the table load_req() would
+-- read back, without reading it back (kept in REQS).
+local function create_req(argv, rk, rid, state, p, n, now, extra)
+  -- In the order load_req() reads them: a small hash is searched from its start, field by field.
+  local fields = {'state', state, 'tenant', argv[p + 2], 'handler', argv[p + 3],
+    'priority', argv[p], 'concurrency', argv[p + 1], 'waiting', text(n),
+    'lease_ms', argv[p + 5], 'retention_ms', argv[p + 6], 'total', text(n),
+    'max_attempts', argv[p + 4], 'backoff_ms', argv[p + 7], 'backoff_max_ms', argv[p + 8],
+    'created_ms', text(now), 'updated_ms', text(now)}
+  for _, v in ipairs(extra) do fields[#fields + 1] = v end
+  redis.call('HSET', rk, unpack(fields))
+  redis.call('ZADD', state_key(state), text(now), rid)
+  local h = {id = rid, state = state, tenant = argv[p + 2], handler = argv[p + 3],
+             priority = tonumber(argv[p]), concurrency = tonumber(argv[p + 1]), total = n,
+             waiting = n, retry = 0, leased = 0, delayed = 0, done = 0, dead = 0,
+             cancelled = 0, discarded = 0, max_attempts = tonumber(argv[p + 4]),
+             lease_ms = tonumber(argv[p + 5]), retention_ms = tonumber(argv[p + 6]),
+             backoff_ms = tonumber(argv[p + 7]), backoff_max_ms = tonumber(argv[p + 8]),
+             retention_text = argv[p + 6], _elig = false, _state0 = state, _dirty = false,
+             _moved = false}
+  REQS[rid] = h
+  return h
 end

@@ -42,52 +42,25 @@ if redis.call('EXISTS', rk) == 1 then
   return {0, cur[1], tonumber(cur[2]), resume, due}
 end
 
-local due = nil
-if ARGV[13] ~= '' then
-  if string.sub(ARGV[13], 1, 1) == '+' then
-    due = now + tonumber(string.sub(ARGV[13], 2))
-  else
-    due = tonumber(ARGV[13])
-  end
-  if due <= now then due = nil end
-end
+local due = due_of(ARGV[13], now)
 
 local n = #ARGV - 13
 redis.call('XGROUP', 'CREATE', sk, GROUP, '0', 'MKSTREAM')
 local ids, txt = append_tasks(sk, ARGV, 14, 0)
 -- Sealed at once unless tasks are still to come (mode 0, 2, 3): one state, one index entry.
 local state = ARGV[12] == '1' and 'active' or 'open'
--- The counters that start at 0 (retry, leased, delayed, done, dead, cancelled) are not
--- written: every reader takes a missing counter as 0.
--- In the order load_req() reads them: a small hash is searched from its start, field by field.
-local fields = {'state', state, 'tenant', ARGV[5], 'handler', ARGV[6], 'priority', ARGV[3],
-  'concurrency', ARGV[4], 'waiting', text(n), 'lease_ms', ARGV[8], 'retention_ms', ARGV[9],
-  'total', text(n), 'max_attempts', ARGV[7], 'backoff_ms', ARGV[10], 'backoff_max_ms', ARGV[11],
-  'created_ms', text(now), 'updated_ms', text(now)}
+local extra = {}
 if ARGV[12] == '2' or ARGV[12] == '3' then
-  fields[#fields + 1] = 'resume'
-  fields[#fields + 1] = ARGV[12]
+  extra = {'resume', ARGV[12]}
 end
 if due then
-  fields[2] = 'scheduled'
-  fields[#fields + 1] = 'due_state'
-  fields[#fields + 1] = state
-  fields[#fields + 1] = 'due_ms'
-  fields[#fields + 1] = text(due)
+  extra[#extra + 1] = 'due_state'
+  extra[#extra + 1] = state
+  extra[#extra + 1] = 'due_ms'
+  extra[#extra + 1] = text(due)
   state = 'scheduled'
 end
-redis.call('HSET', rk, unpack(fields))
-redis.call('ZADD', state_key(state), text(now), rid)
-
--- The table load_req() would read back, without reading it back.
-local h = {id = rid, state = state, tenant = ARGV[5], handler = ARGV[6],
-           priority = tonumber(ARGV[3]), concurrency = tonumber(ARGV[4]), total = n,
-           waiting = n, retry = 0, leased = 0, delayed = 0, done = 0, dead = 0, cancelled = 0,
-           max_attempts = tonumber(ARGV[7]), lease_ms = tonumber(ARGV[8]),
-           retention_ms = tonumber(ARGV[9]), backoff_ms = tonumber(ARGV[10]),
-           backoff_max_ms = tonumber(ARGV[11]), retention_text = ARGV[9], _elig = false,
-           _state0 = state, _dirty = false, _moved = false}
-REQS[rid] = h
+local h = create_req(ARGV, rk, rid, state, 3, n, now, extra)
 stat('submitted', n)
 if due then
   -- Not counted in w:<prio> (work that can run) until due, as a held follow-up.

@@ -49,22 +49,9 @@ if not p then return -2 end
 local n = #ARGV - 12
 redis.call('XGROUP', 'CREATE', sk, GROUP, '0', 'MKSTREAM')
 local ids, txt = append_tasks(sk, ARGV, 13, 0)
-redis.call('HSET', rk, 'state', 'held', 'tenant', ARGV[5], 'handler', ARGV[6],
-  'priority', ARGV[3], 'concurrency', ARGV[4], 'waiting', text(n), 'lease_ms', ARGV[8],
-  'retention_ms', ARGV[9], 'total', text(n), 'max_attempts', ARGV[7],
-  'backoff_ms', ARGV[10], 'backoff_max_ms', ARGV[11], 'created_ms', text(now),
-  'updated_ms', text(now), 'after', parent)
-redis.call('ZADD', state_key('held'), text(now), rid)
+local h = create_req(ARGV, rk, rid, 'held', 3, n, now, {'after', parent})
 if p['then'] then set_field(p, 'then', p['then'] .. ' ' .. rid) else set_field(p, 'then', rid) end
 
-local h = {id = rid, state = 'held', tenant = ARGV[5], handler = ARGV[6],
-           priority = tonumber(ARGV[3]), concurrency = tonumber(ARGV[4]), total = n,
-           waiting = n, retry = 0, leased = 0, delayed = 0, done = 0, dead = 0, cancelled = 0,
-           discarded = 0, max_attempts = tonumber(ARGV[7]), lease_ms = tonumber(ARGV[8]),
-           retention_ms = tonumber(ARGV[9]), backoff_ms = tonumber(ARGV[10]),
-           backoff_max_ms = tonumber(ARGV[11]), retention_text = ARGV[9], _elig = false,
-           _state0 = 'held', _dirty = false, _moved = false}
-REQS[rid] = h
 stat('submitted', n)  -- w:<prio> counts work that can run: a held request's, once released
 tasks_event('submitted', rid, ids, txt, 'tasks', text(n), 'priority', ARGV[3],
             'tenant', ARGV[5], 'after', parent)

@@ -13,8 +13,8 @@ follow-up or record never comes).
   its id in its kind's index at a given time. It replaces a record of that id that is there
   (left by an earlier request of the same id, which expired before its record).
 
-The creation is repeated here, not shared, so that submit.lua (the hot path) calls no more
-than it did: keep the three in step; tests/engine/test_engine_flow.py compares what they store.
+The three scripts create requests with the same helpers (due_of(), create_req() in
+_requests.lua); tests/engine/test_engine_flow.py compares what they store.
 
 Idempotent on the request id: if the request exists, nothing changes (neither the follow-ups
 nor the record) and the current state of the request and of each follow-up is returned. If it
@@ -82,15 +82,7 @@ for i = 1, nf do
   if redis.call('EXISTS', KEYS[9 + 2 * i]) == 1 then return -10 end
 end
 
-local due = nil
-if ARGV[13] ~= '' then
-  if string.sub(ARGV[13], 1, 1) == '+' then
-    due = now + tonumber(string.sub(ARGV[13], 2))
-  else
-    due = tonumber(ARGV[13])
-  end
-  if due <= now then due = nil end
-end
+local due = due_of(ARGV[13], now)
 
 -- Where each part of ARGV starts: the follow-ups, the record's fields, the request's tasks.
 local follows, at = {}, 19
@@ -108,34 +100,21 @@ local n = #ARGV - first + 1
 redis.call('XGROUP', 'CREATE', sk, GROUP, '0', 'MKSTREAM')
 local ids, txt = append_tasks(sk, ARGV, first, 0)
 local state = ARGV[12] == '1' and 'active' or 'open'
-local fields = {'state', state, 'tenant', ARGV[5], 'handler', ARGV[6], 'priority', ARGV[3],
-  'concurrency', ARGV[4], 'waiting', text(n), 'lease_ms', ARGV[8], 'retention_ms', ARGV[9],
-  'total', text(n), 'max_attempts', ARGV[7], 'backoff_ms', ARGV[10], 'backoff_max_ms', ARGV[11],
-  'created_ms', text(now), 'updated_ms', text(now)}
+local extra = {}
 local then_text = nil
 if nf > 0 then
   then_text = table.concat(ids_then, ' ')
-  fields[#fields + 1] = 'then'
-  fields[#fields + 1] = then_text
+  extra = {'then', then_text}
 end
 if due then
-  fields[2] = 'scheduled'
-  fields[#fields + 1] = 'due_state'
-  fields[#fields + 1] = state
-  fields[#fields + 1] = 'due_ms'
-  fields[#fields + 1] = text(due)
+  extra[#extra + 1] = 'due_state'
+  extra[#extra + 1] = state
+  extra[#extra + 1] = 'due_ms'
+  extra[#extra + 1] = text(due)
   state = 'scheduled'
 end
-redis.call('HSET', rk, unpack(fields))
-redis.call('ZADD', state_key(state), text(now), rid)
-local h = {id = rid, state = state, tenant = ARGV[5], handler = ARGV[6],
-           priority = tonumber(ARGV[3]), concurrency = tonumber(ARGV[4]), total = n,
-           waiting = n, retry = 0, leased = 0, delayed = 0, done = 0, dead = 0, cancelled = 0,
-           discarded = 0, max_attempts = tonumber(ARGV[7]), lease_ms = tonumber(ARGV[8]),
-           retention_ms = tonumber(ARGV[9]), backoff_ms = tonumber(ARGV[10]),
-           backoff_max_ms = tonumber(ARGV[11]), retention_text = ARGV[9], ['then'] = then_text,
-           _elig = false, _state0 = state, _dirty = false, _moved = false}
-REQS[rid] = h
+local h = create_req(ARGV, rk, rid, state, 3, n, now, extra)
+h['then'] = then_text
 stat('submitted', n)
 if due then
   tasks_event('submitted', rid, ids, txt, 'tasks', text(n), 'priority', ARGV[3],
@@ -157,12 +136,7 @@ for i = 1, nf do
   for j = 1, f.n do payloads[j] = ARGV[f.first + j - 1] end
   redis.call('XGROUP', 'CREATE', fsk, GROUP, '0', 'MKSTREAM')
   local fids, ftxt = append_tasks(fsk, payloads, 1, 0)
-  redis.call('HSET', fk, 'state', 'held', 'tenant', ARGV[o + 3], 'handler', ARGV[o + 4],
-    'priority', ARGV[o + 1], 'concurrency', ARGV[o + 2], 'waiting', text(f.n),
-    'lease_ms', ARGV[o + 6], 'retention_ms', ARGV[o + 7], 'total', text(f.n),
-    'max_attempts', ARGV[o + 5], 'backoff_ms', ARGV[o + 8], 'backoff_max_ms', ARGV[o + 9],
-    'created_ms', text(now), 'updated_ms', text(now), 'after', rid)
-  redis.call('ZADD', state_key('held'), text(now), f.id)
+  create_req(ARGV, fk, f.id, 'held', o + 1, f.n, now, {'after', rid})
   stat('submitted', f.n)  -- w:<prio> counts work that can run: a held request's, once released
   tasks_event('submitted', f.id, fids, ftxt, 'tasks', text(f.n), 'priority', ARGV[o + 1],
               'tenant', ARGV[o + 3], 'after', rid)
