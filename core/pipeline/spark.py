@@ -28,8 +28,9 @@ import shutil
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -143,6 +144,84 @@ def default_shuffle_partitions(master: str) -> int:
     if m is None:
         return 1 if master.strip() == "local" else 8
     return (os.cpu_count() or 2) if m.group(1) == "*" else max(1, int(m.group(1)))
+
+
+_CORES: dict[str, int | None] = {}
+
+
+def local_cores(session: SparkSession, target: SparkTarget) -> int | None:
+    """The cores of a Spark in local mode on this machine, which the chunks running at once
+    share (the stack's own Connect server, a Connect server at a loopback address, a local
+    master); None for a cluster, whose cores this process does not know. Asked once per
+    process and target (on Spark Connect, the server's spark.master is a round trip)."""
+    if target.description not in _CORES:
+        master = master_of(session) if target.remote else target.master
+        host = target.remote.removeprefix("sc://").split("/")[0].rsplit(":", 1)[0]
+        here = not target.remote or host.strip("[]") in ("127.0.0.1", "localhost", "::1")
+        _CORES[target.description] = cores_of(master, here=here)
+    return _CORES[target.description]
+
+
+def cores_of(master: str, *, here: bool) -> int | None:
+    """local[N] -> N; local or local[*] -> this machine's cores when it runs `here`; else None."""
+    m = re.fullmatch(r"local(?:\[(\d+|\*)(?:,\s*\d+)?\])?", master.strip())
+    if m is None:
+        return None
+    if m.group(1) and m.group(1) != "*":
+        return max(1, int(m.group(1)))
+    return (os.cpu_count() or 1) if here else None
+
+
+def chunk_partitions(cores: int | None, at_once: int) -> int | None:
+    """How many Spark partitions a chunk is read in when `at_once` chunks share `cores`: the
+    cores over the chunks (one each when there are as many chunks as cores), so that the chunks
+    running together keep every core busy with as few tasks as that takes. Measured on 2 cores,
+    two chunks at once, each read in one partition against Spark's ~64-128 MB ones: 161.7M rows
+    in 5.0-5.3 s against 5.7-6.3 s, as fast as one plain job over the whole input. None (Spark's
+    own partitioning) when the cores are not known."""
+    if cores is None:
+        return None
+    return max(1, -(-cores // max(1, at_once)))
+
+
+MIN_PARTITIONS = "spark.sql.files.minPartitionNum"
+MAX_PARTITION_BYTES = "spark.sql.files.maxPartitionBytes"
+@dataclass
+class _Settled:
+    now: dict[str, str | None] = field(default_factory=dict)  # as settle() last left them
+    before: dict[str, str | None] = field(default_factory=dict)  # before it first changed them
+
+
+_SETTLED: weakref.WeakKeyDictionary[Any, _Settled] = weakref.WeakKeyDictionary()
+
+
+def file_partitions(session: SparkSession, n: int | None) -> None:
+    """Spark's file reader of `session` cuts what a query reads into about `n` partitions from
+    now on (as many bytes each); None: the session's own settings again."""
+    if n is None:
+        settle(session, {MIN_PARTITIONS: None, MAX_PARTITION_BYTES: None})
+    else:  # bytes per partition = the read's bytes / n (FilePartition.maxSplitBytes)
+        settle(session, {MIN_PARTITIONS: str(n), MAX_PARTITION_BYTES: str(1 << 40)})
+
+
+def settle(session: SparkSession, wanted: dict[str, str | None]) -> None:
+    """Give `session` these SQL settings (None: the value it had before settle() first changed
+    it). Only what differs from the last call is sent: on Spark Connect each setting is a round
+    trip, and a slot's session runs chunk after chunk with the same ones."""
+    state = _SETTLED.setdefault(session, _Settled())
+    for key, value in wanted.items():
+        if key not in state.before:
+            if value is None:
+                continue  # never changed here: it is the session's own
+            state.before[key] = state.now[key] = session.conf.get(key, None)
+        target = state.before[key] if value is None else value
+        if state.now[key] == target:
+            continue
+        if target is None:
+            session.conf.unset(key)
+        else:
+            session.conf.set(key, target)
+        state.now[key] = target
 
 
 def _var_dir() -> Path:

@@ -186,6 +186,29 @@ def test_slices_come_in_slice_order_and_a_big_slice_is_several_partitions(
     assert sum(counts) == ROWS
 
 
+@pytest.mark.parametrize("partitions", [1, 3, 100])
+def test_partitions_cut_the_whole_read_into_about_that_many(
+    spark: Any, parquet_file: Path, partitions: int
+) -> None:
+    # Two slices, each cut on its own: at least one partition each, at most one more than asked
+    # for (a rounding in each slice), never more than row groups; rows in order.
+    df = jvm.read_parquet_groups(spark, [(str(parquet_file), 0, 4), (str(parquet_file), 4,
+                                                                       GROUPS)],
+                                 partitions=partitions)
+    from pyspark.sql import functions as F
+
+    counts = sorted(r["count"] for r in df.groupBy(F.spark_partition_id()).count().collect())
+    assert max(2, min(partitions, GROUPS)) <= len(counts) <= min(GROUPS, partitions + 1)
+    assert all(c % GROUP_ROWS == 0 for c in counts)
+    assert [r.id for r in df.select("id").collect()] == list(range(ROWS))
+
+
+def test_partitions_must_be_a_positive_number(spark: Any, parquet_file: Path) -> None:
+    for bad in ("0", "-2"):
+        assert "Slices: partitions must be > 0" in error_of(
+            slices_df(spark, "parquet", [(parquet_file, 0, 1)], partitions=bad).collect)
+
+
 def test_the_same_rows_and_types_as_spark_read_parquet(spark: Any, parquet_file: Path) -> None:
     native = spark.read.parquet(str(parquet_file))
     df = jvm.read_parquet_groups(spark, [(str(parquet_file), 3, 7)])
@@ -271,6 +294,9 @@ def test_text_ranges_at_any_byte_boundaries_give_every_line_once(
     # Partitions of 1 byte: every byte position is a boundary (one task each: a small file).
     for step in (1, 4):
         assert read_lines(spark, [(path, 0, size)], partitionBytes=step) == lines, step
+    for n in (1, 3, 500):  # the whole read in about n partitions, cut at any byte
+        assert read_lines(spark, [(path, 0, size // 3), (path, size // 3, size)],
+                          partitions=n) == lines, n
     # A range has the lines whose first byte is in it, read whole: one byte at a line's start
     # gives that line (an empty line too), a range from just after it to the next line's start
     # none, and an empty range none.

@@ -102,3 +102,61 @@ def test_a_worker_waits_for_a_connect_server_that_does_not_answer(settings: Any)
     target = spark.target_from_settings()
     assert target.expected  # configured: a worker waits for it before its first task
     assert "s3cret" not in (spark.not_ready(target) or "")
+
+
+@pytest.mark.parametrize(("master", "here", "want"), [
+    ("local[*]", True, os.cpu_count() or 1), ("local", True, os.cpu_count() or 1),
+    ("local[3]", False, 3), ("local[4, 2]", True, 4), ("local[*]", False, None),
+    ("spark://host:7077", True, None), ("yarn", True, None), ("sc://elsewhere:15002", True, None),
+])
+def test_the_cores_of_a_local_spark_are_known_and_a_clusters_are_not(
+    master: str, here: bool, want: int | None
+) -> None:
+    assert spark.cores_of(master, here=here) == want
+
+
+@pytest.mark.parametrize(("cores", "at_once", "want"), [
+    (2, 2, 1), (2, 1, 2), (2, 8, 1), (8, 3, 3), (4, 0, 4), (None, 2, None),
+])
+def test_chunks_running_at_once_share_the_cores(
+    cores: int | None, at_once: int, want: int | None
+) -> None:
+    assert spark.chunk_partitions(cores, at_once) == want
+
+
+def test_the_run_servers_cores_are_read_from_its_master(spark_session: Any) -> None:
+    # The test server runs local[2] on 127.0.0.1.
+    target = spark.target_from_settings()
+    assert spark.local_cores(spark_session, target) == 2
+
+
+def test_file_partitions_are_set_for_a_chunk_and_the_sessions_own_come_back(
+    spark_session: Any, tmp_path: Path
+) -> None:
+    conf = spark_session.conf
+    conf.set(spark.MAX_PARTITION_BYTES, "64m")  # the session's own, before
+    try:
+        spark.file_partitions(spark_session, 1)
+        assert conf.get(spark.MIN_PARTITIONS) == "1"
+        assert int(conf.get(spark.MAX_PARTITION_BYTES)) >= 1 << 40
+        spark.file_partitions(spark_session, 3)
+        assert conf.get(spark.MIN_PARTITIONS) == "3"
+        spark.file_partitions(spark_session, None)
+        assert conf.get(spark.MAX_PARTITION_BYTES) == "64m"
+        assert conf.get(spark.MIN_PARTITIONS, None) is None
+        # Spark's reader follows them: two files, read in one partition, then in Spark's two.
+        from pyspark.sql import functions as F
+
+        def partitions() -> int:
+            path = str(tmp_path / "two-files")
+            spark_session.range(0, 1000, 1, 2).write.mode("overwrite").parquet(path)
+            read = spark_session.read.parquet(path)
+            return read.select(F.spark_partition_id().alias("p")).distinct().count()
+
+        spark.file_partitions(spark_session, 1)
+        assert partitions() == 1
+        spark.file_partitions(spark_session, None)
+        assert partitions() == 2
+    finally:
+        spark.file_partitions(spark_session, None)
+        conf.unset(spark.MAX_PARTITION_BYTES)

@@ -143,18 +143,26 @@ def ensure_jar(out_dir: Path) -> Path:
     return build(out_dir)
 
 
-def read_parquet_groups(session: SparkSession, pieces: list[tuple[str, int, int]]) -> DataFrame:
+def read_parquet_groups(session: SparkSession, pieces: list[tuple[str, int, int]], *,
+                        partitions: int | None = None) -> DataFrame:
     """The rows of row groups [first, end) of each (path, first, end), in that order: the
-    columns and types spark.read.parquet gives the first file."""
-    return _read(session, "parquet", pieces)
+    columns and types spark.read.parquet gives the first file. `partitions`: read in about
+    that many Spark partitions (at least one per piece); None: about 64 MB each."""
+    return _read(session, "parquet", pieces, **_partitions(partitions))
 
 
 def read_text_ranges(session: SparkSession, ranges: list[tuple[str, int, int]], *,
-                     skip_header: bool) -> DataFrame:
+                     skip_header: bool, partitions: int | None = None) -> DataFrame:
     """One string column `value`: the lines that start in bytes [start, end) of each (path,
     start, end), in that order, without their line ends; consecutive ranges of a file give each
-    line once. skip_header drops a file's first line (in the range starting at byte 0)."""
-    return _read(session, "text", ranges, skipHeader="true" if skip_header else "false")
+    line once. skip_header drops a file's first line (in the range starting at byte 0).
+    `partitions` as for read_parquet_groups (None: about 32 MB each)."""
+    return _read(session, "text", ranges, skipHeader="true" if skip_header else "false",
+                 **_partitions(partitions))
+
+
+def _partitions(n: int | None) -> dict[str, str]:
+    return {} if n is None else {"partitions": str(max(1, int(n)))}
 
 
 def _read(session: SparkSession, fmt: str, slices: list[tuple[str, int, int]],

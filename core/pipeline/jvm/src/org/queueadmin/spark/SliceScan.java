@@ -115,12 +115,25 @@ final class SliceScan implements SupportsPushDownRequiredColumns, Scan, Batch {
     Configuration conf = driverHadoopConf(SQLConf.get());
     List<SlicePartition> parts = new ArrayList<>();
     Map<Path, ParquetMetadata> footers = new HashMap<>();
+    long target = options.partitionBytes;
+    if (options.partitions > 0) { // the whole read's bytes over the partitions asked for
+      long total = 0;
+      for (Slice slice : options.slices) {
+        try {
+          total += options.parquet ? groupBytes(slice, conf, footers)
+              : Math.max(0, slice.to() - slice.from());
+        } catch (IOException e) {
+          break; // planned below, which says what is wrong with the slice
+        }
+      }
+      target = Math.max(1, ceilDiv(total, options.partitions));
+    }
     for (Slice slice : options.slices) {
       try {
         if (options.parquet) {
-          planParquet(slice, conf, footers, parts);
+          planParquet(slice, conf, footers, parts, target);
         } else {
-          planText(slice, conf, parts);
+          planText(slice, conf, parts, target);
         }
       } catch (FileNotFoundException e) {
         throw new IllegalArgumentException("Slices: cannot read "
@@ -168,16 +181,33 @@ final class SliceScan implements SupportsPushDownRequiredColumns, Scan, Batch {
 
   // -- planning ---------------------------------------------------------------------------
 
-  private void planParquet(Slice slice, Configuration conf, Map<Path, ParquetMetadata> footers,
-      List<SlicePartition> parts) throws IOException {
-    Path path = new Path(slice.path());
-    FileSystem fs = path.getFileSystem(conf);
-    FileStatus status = fs.getFileStatus(path); // FileNotFoundException for a missing file
+  /** The compressed bytes of a Parquet slice's row groups (0 for a slice out of range). */
+  private static long groupBytes(Slice slice, Configuration conf,
+      Map<Path, ParquetMetadata> footers) throws IOException {
+    List<BlockMetaData> groups = footerOf(new Path(slice.path()), conf, footers).getBlocks();
+    long bytes = 0;
+    for (long g = Math.max(0, slice.from()); g < Math.min(groups.size(), slice.to()); g++) {
+      bytes += groups.get((int) g).getCompressedSize();
+    }
+    return bytes;
+  }
+
+  private static ParquetMetadata footerOf(Path path, Configuration conf,
+      Map<Path, ParquetMetadata> footers) throws IOException {
     ParquetMetadata footer = footers.get(path);
     if (footer == null) {
       footer = readFooter(path, conf);
       footers.put(path, footer);
     }
+    return footer;
+  }
+
+  private void planParquet(Slice slice, Configuration conf, Map<Path, ParquetMetadata> footers,
+      List<SlicePartition> parts, long target) throws IOException {
+    Path path = new Path(slice.path());
+    FileSystem fs = path.getFileSystem(conf);
+    FileStatus status = fs.getFileStatus(path); // FileNotFoundException for a missing file
+    ParquetMetadata footer = footerOf(path, conf, footers);
     List<BlockMetaData> groups = footer.getBlocks();
     if (slice.from() < 0 || slice.to() > groups.size() || slice.from() > slice.to()) {
       throw new IllegalArgumentException("Slices: " + slice.describe(true)
@@ -193,7 +223,7 @@ final class SliceScan implements SupportsPushDownRequiredColumns, Scan, Batch {
       sizes[g - first] = groups.get(g).getCompressedSize();
     }
     int from = first;
-    for (int cut : cuts(sizes, options.partitionBytes)) {
+    for (int cut : cuts(sizes, target)) {
       int to = first + cut;
       long start = groups.get(from).getStartingPos();
       long stop = to < groups.size() ? groups.get(to).getStartingPos() : status.getLen();
@@ -207,8 +237,8 @@ final class SliceScan implements SupportsPushDownRequiredColumns, Scan, Batch {
     }
   }
 
-  private void planText(Slice slice, Configuration conf, List<SlicePartition> parts)
-      throws IOException {
+  private void planText(Slice slice, Configuration conf, List<SlicePartition> parts,
+      long target) throws IOException {
     Path path = new Path(slice.path());
     FileStatus status = path.getFileSystem(conf).getFileStatus(path);
     if (slice.from() < 0 || slice.from() > slice.to() || slice.to() > status.getLen()) {
@@ -217,7 +247,7 @@ final class SliceScan implements SupportsPushDownRequiredColumns, Scan, Batch {
     }
     String file = status.getPath().toString();
     long length = slice.to() - slice.from();
-    long n = Math.max(1, ceilDiv(length, options.partitionBytes));
+    long n = Math.max(1, ceilDiv(length, target));
     long step = ceilDiv(length, n);
     for (long start = slice.from(); start < slice.to(); start += step) {
       long stop = Math.min(slice.to(), start + step);

@@ -37,7 +37,10 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * {@link SliceScan}); a text slice by Hadoop's LineRecordReader, giving the lines that start in
  * its range (see {@link TextSliceReader}), so that consecutive ranges give every line once. Big
  * slices are cut into several partitions (about 64 MB of compressed row groups, or 32 MB of
- * text; option partitionBytes) so that all cores work on one slice.
+ * text; option partitionBytes) so that all cores work on one slice; option partitions instead
+ * cuts the whole read into about that many (at least one per slice), for a read that shares the
+ * cores with others running at once (a data job's chunks: one partition each when as many run
+ * as there are cores, which spared a 162M-row job's two chunks 10-20 % against 64 MB ones).
  *
  * Spark makes one of these per read: this class and the table hold no state but the schema.
  */
@@ -117,15 +120,17 @@ public final class Slices implements TableProvider {
     final List<Slice> slices;
     final boolean skipHeader;
     final long partitionBytes;
+    final int partitions; // 0: cut by partitionBytes
     final String datetimeRebaseMode; // null: the session's spark.sql.parquet.datetimeRebaseModeInRead
     final String int96RebaseMode; // null: the session's spark.sql.parquet.int96RebaseModeInRead
 
     private Options(boolean parquet, List<Slice> slices, boolean skipHeader, long partitionBytes,
-        String datetimeRebaseMode, String int96RebaseMode) {
+        int partitions, String datetimeRebaseMode, String int96RebaseMode) {
       this.parquet = parquet;
       this.slices = slices;
       this.skipHeader = skipHeader;
       this.partitionBytes = partitionBytes;
+      this.partitions = partitions;
       this.datetimeRebaseMode = datetimeRebaseMode;
       this.int96RebaseMode = int96RebaseMode;
     }
@@ -142,8 +147,12 @@ public final class Slices implements TableProvider {
       if (partitionBytes <= 0) {
         throw new IllegalArgumentException("Slices: partitionBytes must be > 0");
       }
+      int partitions = options.getInt("partitions", 0);
+      if (partitions < 0 || (partitions == 0 && options.containsKey("partitions"))) {
+        throw new IllegalArgumentException("Slices: partitions must be > 0");
+      }
       return new Options(parquet, parseSlices(options.get("slices")),
-          options.getBoolean("skipHeader", false), partitionBytes,
+          options.getBoolean("skipHeader", false), partitionBytes, partitions,
           options.get("datetimeRebaseMode"), options.get("int96RebaseMode"));
     }
 
