@@ -294,8 +294,11 @@ def status(q: Queue, job_id: str) -> JobStatus:
 
 def wait(q: Queue, job_id: str, *, timeout: float | None = None, poll: float = 0.25,
          on_change: Any = None) -> JobStatus:
-    """Poll the job until it finishes (or `timeout` s); `on_change(status)` after each change."""
-    deadline = None if timeout is None else time.monotonic() + timeout
+    """Poll the job until it finishes (or `timeout` s); `on_change(status)` after each change.
+    Every 0.05 s at first, slowing down to every `poll` s over the first ten seconds: a short
+    job is seen done at once, a long one costs Redis a few reads a second."""
+    started = time.monotonic()
+    deadline = None if timeout is None else started + timeout
     last: tuple[Any, ...] | None = None
     while True:
         st = status(q, job_id)
@@ -306,7 +309,7 @@ def wait(q: Queue, job_id: str, *, timeout: float | None = None, poll: float = 0
         last = seen
         if st.finished or (deadline is not None and time.monotonic() > deadline):
             return st
-        time.sleep(poll)
+        time.sleep(min(poll, 0.05 + (time.monotonic() - started) / 40))
 
 
 # -- cancel and clean up -----------------------------------------------------------------
