@@ -47,16 +47,7 @@ def _expected() -> bool:
     return spark.target_from_settings().expected
 
 
-def _slot_session() -> None:
-    """A slot's Spark Connect session, made when the worker starts rather than in its first
-    data task (0.5-0.9 s each, measured on the stack's server): the first jobs after a start
-    no longer pay for it, one slot after another."""
-    target = spark.target_from_settings()
-    if target.expected and target.remote:
-        spark.connect_session(target.remote)
-
-
-@handler(jobs.HANDLER, ready=spark.not_ready, at_start=_expected, at_slot=_slot_session)
+@handler(jobs.HANDLER, ready=spark.not_ready, at_start=_expected)
 def datajob(payload: dict[str, Any], ctx: TaskContext) -> dict[str, Any] | None:
     """Run one task of a data job: payload {"op": split|chunk|combine, "job", ...}."""
     op = payload.get("op") if isinstance(payload, dict) else None

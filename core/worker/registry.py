@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -16,7 +15,6 @@ Handler = Callable[[Any, TaskContext], Any]
 # once in the log and in the worker's heartbeat). `at_start` (see Registry.register) says
 # whether a worker waits for it before taking its first task.
 Ready = Callable[[], str | None]
-log = logging.getLogger("queueadmin.worker")
 
 
 class Registry:
@@ -26,11 +24,10 @@ class Registry:
         self._handlers: dict[str, Handler] = {}
         self._limits: dict[str, float] = {}
         self._ready: dict[str, tuple[Ready, Callable[[], bool]]] = {}
-        self._at_slot: dict[str, Callable[[], None]] = {}
 
     def register(self, name: str, fn: Handler, *, time_limit: float | None = None,
                  ready: Ready | None = None, at_start: Callable[[], bool] | None = None,
-                 at_slot: Callable[[], None] | None = None) -> Handler:
+                 ) -> Handler:
         validate_id(name, "handler name")
         existing = self._handlers.get(name)
         if existing is not None and existing is not fn:
@@ -46,36 +43,19 @@ class Registry:
             self._limits[name] = time_limit
         if ready is not None:
             self._ready[name] = (ready, at_start or (lambda: True))
-        if at_slot is not None:
-            self._at_slot[name] = at_slot
         return fn
 
     def handler(
         self, name: str, *, time_limit: float | None = None, ready: Ready | None = None,
-        at_start: Callable[[], bool] | None = None, at_slot: Callable[[], None] | None = None,
+        at_start: Callable[[], bool] | None = None,
     ) -> Callable[[Handler], Handler]:
         """Decorator: register the function under `name`. `time_limit` (seconds) is a hard
         limit per run: past it the task is failed (retried or dead-lettered) and the run is
         abandoned, overriding the worker's --time-limit. `ready` is the handler's readiness
         check: a worker takes no task before it passes when `at_start()` says so (default:
-        always), and after the handler raised Unavailable. `at_slot` runs in each task slot's
-        thread before it takes its first task (after the readiness checks): what the handler's
-        tasks in that slot share, made once (a connection); an error there is logged, and the
-        first task makes it instead."""
+        always), and after the handler raised Unavailable."""
         return lambda fn: self.register(name, fn, time_limit=time_limit, ready=ready,
-                                        at_start=at_start, at_slot=at_slot)
-
-    def slot_started(self, names: list[str] | None = None) -> None:
-        """Run the `at_slot` set-ups of the handlers `names` (default: all) in this thread."""
-        for name in names if names is not None else self.names():
-            setup = self._at_slot.get(name)
-            if setup is None:
-                continue
-            try:
-                setup()
-            except Exception as exc:
-                log.warning("handler %s: its slot set-up failed (its first task does it): "
-                            "%s: %s", name, type(exc).__name__, str(exc)[:300])
+                                        at_start=at_start)
 
     def not_ready(self, names: list[str] | None = None, *, starting: bool = False
                   ) -> str | None:

@@ -305,7 +305,6 @@ class Worker:
         acks = self._acks[slot]
         batch = 1
         quiet_seen = False
-        self.registry.slot_started()
         while not self.hard_stop.is_set():
             want = 0 if self.stopping.is_set() or self.quiet.is_set() else self._reserve(batch)
             got: list[Lease] = []

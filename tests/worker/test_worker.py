@@ -418,37 +418,6 @@ def test_a_check_that_waits_only_when_asked_at_start_lets_the_worker_begin(
     assert live_queue.wait("r", timeout=10) == "done" and ran == ["x"]
 
 
-def test_each_slot_sets_up_in_its_own_thread_before_its_first_task_and_survives_a_failure(
-    live_queue: Queue, start: Any, caplog: pytest.LogCaptureFixture
-) -> None:
-    """A handler's at_slot runs once in each slot's thread before the slot leases (a Spark
-    Connect session per slot); one that raises is logged and the slot works all the same."""
-    local = threading.local()
-    set_up: list[str] = []
-
-    def setup() -> None:
-        local.ready = True
-        set_up.append(threading.current_thread().name)
-        if len(set_up) == 1:
-            raise RuntimeError("the test's server said no")
-
-    ran: list[bool] = []
-    registry = Registry()
-    registry.register("rec", lambda payload, ctx: ran.append(getattr(local, "ready", False)),
-                      at_slot=setup)
-    live_queue.submit(list(range(6)), request_id="r", handler="rec")
-    caplog.set_level(logging.WARNING, logger="queueadmin.worker")
-    start(live_queue, registry, name="w", slots=3)
-    assert live_queue.wait("r", timeout=10) == "done"
-    deadline = time.monotonic() + 5  # a slot that found no task left may start after the rest
-    while len(set_up) < 3 and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert sorted(set_up) == ["slot-0", "slot-1", "slot-2"]
-    assert ran == [True] * 6  # every task ran in a slot that had set up
-    said = [r.getMessage() for r in caplog.records]
-    assert any("slot set-up failed" in m and "the test's server said no" in m for m in said)
-
-
 def test_a_handler_that_finds_its_server_down_gives_the_task_back_without_an_attempt(
     live_queue: Queue, start: Any
 ) -> None:
