@@ -147,6 +147,8 @@ def test_a_local_parquet_split_asks_spark_only_to_analyse_and_still_fails_once(
     record = jobs.records(dq).all("again")
     assert record["split"] == "row groups" and record["schema"] == ""
     assert record["parts_schema"]  # the analysis's: the combine reads the parts with it
+    # The test server's 2 cores, shared by the chunks that run at once: one here (one slot).
+    assert record["partitions"] == "2"
     got = spark_session.read.parquet(again.output)
     assertDataFrameEqual(got, spark_session.createDataFrame(by_pandas(df)), rtol=1e-9)
 
