@@ -186,6 +186,8 @@ def chunk_partitions(cores: int | None, at_once: int) -> int | None:
 
 MIN_PARTITIONS = "spark.sql.files.minPartitionNum"
 MAX_PARTITION_BYTES = "spark.sql.files.maxPartitionBytes"
+
+
 @dataclass
 class _Settled:
     now: dict[str, str | None] = field(default_factory=dict)  # as settle() last left them
