@@ -177,7 +177,7 @@ def chunk_partitions(cores: int | None, at_once: int) -> int | None:
     cores over the chunks (one each when there are as many chunks as cores), so that the chunks
     running together keep every core busy with as few tasks as that takes. Measured on 2 cores,
     two chunks at once, each read in one partition against Spark's ~64-128 MB ones: 161.7M rows
-    in 5.0-5.3 s against 5.7-6.3 s, as fast as one plain job over the whole input. None (Spark's
+    in 5.1-5.4 s against 5.9-6.3 s, as fast as one plain job over the whole input. None (Spark's
     own partitioning) when the cores are not known."""
     if cores is None:
         return None
