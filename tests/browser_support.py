@@ -108,6 +108,14 @@ def manage(stack: Stack, *args: str) -> str:
     return done.stdout
 
 
+def log_in(pg: Any, name: str, password: str) -> None:
+    """Fill and send the login form `pg` shows; wait for the page it leads to."""
+    pg.fill("input[name=username]", name)
+    pg.fill("input[name=password]", password)
+    pg.click("button[type=submit]")
+    pg.wait_for_url(re.compile(r".*/(\?.*)?$"))
+
+
 def logged_in_pages(browser: Any, stack: Stack, accounts: dict[str, str],
                     expected: Callable[[Any], bool] = lambda message: False
                     ) -> Iterator[Callable[[str], Any]]:
@@ -128,10 +136,7 @@ def logged_in_pages(browser: Any, stack: Stack, accounts: dict[str, str],
         pg.on("pageerror", lambda exc: errors.append(str(exc)))
         pg.on("console", logged)
         pg.goto(stack.url("/login/"))
-        pg.fill("input[name=username]", name)
-        pg.fill("input[name=password]", accounts[name])
-        pg.click("button[type=submit]")
-        pg.wait_for_url(re.compile(r".*/(\?.*)?$"))
+        log_in(pg, name, accounts[name])
         return pg
 
     yield open_as

@@ -11,7 +11,6 @@ not fixtures: tests/console_support.py, tests/browser_support.py."""
 from __future__ import annotations
 
 import datetime as dt
-import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -26,6 +25,7 @@ from tests.browser_support import (
     PASSWORD,
     SCREENSHOTS,
     Stack,
+    log_in,
     logged_in_pages,
     manage,
 )
@@ -117,10 +117,7 @@ def page(browser: Any, stack: Stack) -> Iterator[Any]:
     pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     pg.goto(stack.url("/"))
     assert "/login/" in pg.url
-    pg.fill("input[name=username]", "admin")
-    pg.fill("input[name=password]", PASSWORD)
-    pg.click("button[type=submit]")
-    pg.wait_for_url(re.compile(r".*/(\?.*)?$"))
+    log_in(pg, "admin", PASSWORD)
     yield pg
     context.close()
     # No script error and no CSP refusal on any page the test opened.

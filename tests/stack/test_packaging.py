@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 from core.stack.redis_server import free_port, pid_alive
+from tests.browser_support import log_in
 
 pytestmark = pytest.mark.slow
 
@@ -224,10 +225,7 @@ def _check_in_browser(stack: Running) -> None:
             page.on("response", seen)
             page.goto(stack.url("/"))
             assert "/login/" in page.url
-            page.fill("input[name=username]", "admin")
-            page.fill("input[name=password]", PASSWORD)
-            page.click("button[type=submit]")
-            page.wait_for_url(re.compile(r".*/(\?.*)?$"))
+            log_in(page, "admin", PASSWORD)
             page.wait_for_load_state("load")
             assert "Queue default" in page.content()
 
