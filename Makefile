@@ -70,6 +70,8 @@ endef
 
 # Then the database tests (marked django_db) again on PostgreSQL when TEST_POSTGRES_URL names
 # a server (.ci/run sets it): pytest-django creates a throwaway test database there and drops it.
+# Less those that start Spark (marked spark by tests/conftest.py): their Spark side does not
+# depend on the database.
 define pytest_postgres
 	@if [ -n "$$TEST_POSTGRES_URL" ]; then \
 	  echo "database tests again on PostgreSQL"; \
@@ -85,11 +87,11 @@ endef
 
 test: system-deps install lint
 	$(call pytest,)
-	$(call pytest_postgres,django_db)
+	$(call pytest_postgres,django_db and not spark)
 
 test-fast: system-deps install lint
 	$(call pytest,-m "not slow")
-	$(call pytest_postgres,django_db and not slow)
+	$(call pytest_postgres,django_db and not slow and not spark)
 
 clean:
 	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis build *.egg-info var/static

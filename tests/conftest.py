@@ -31,6 +31,20 @@ TEST_SPARK_CONF = "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1"
 os.environ.setdefault("SPARK_CONF", TEST_SPARK_CONF)
 
 
+# The fixtures that start a Spark JVM (tests/pipeline/conftest.py): a test that uses one, even
+# through another fixture, is marked `spark` and `slow` (two such tests had been left out of
+# `slow`, so `make test-fast` started a JVM). The database tests' second pass, on PostgreSQL,
+# leaves them out: their Spark side is the same on either database.
+SPARK_FIXTURES = frozenset({"connect_url", "spark_standalone", "spark_connect"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if SPARK_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.spark)
+            item.add_marker(pytest.mark.slow)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--screenshots", action="store_true",
