@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from core.queue import Queue
-from core.queue.schedule import fire
+from core.queue.schedule import fire, spec
 from core.queue.schedule.api import cron, declare, every
 from core.queue.schedule.scheduler import Scheduler
 from core.queue.schedule.spec import InvalidSchedule, Schedule, parse_every
@@ -83,6 +83,19 @@ def test_words_for_the_expression() -> None:
     s = tasks_schedule(cron="30 2 * * *", tz="Europe/Berlin").validated()
     assert s.describe() == "At 02:30 (Europe/Berlin)"
     assert tasks_schedule(every_s=600).validated().describe() == "Every 10m"
+
+
+def test_the_words_of_an_expression_are_kept_and_a_long_one_is_not() -> None:
+    expr = "17 4 * * 1"
+    before = spec._kept_cron_words.cache_info()
+    first, again = spec.cron_words(expr), spec.cron_words(expr)
+    assert first == again and "04:17" in first
+    after = spec._kept_cron_words.cache_info()
+    assert after.hits >= before.hits + 1
+    long_expr = ",".join(["5"] * 200) + " * * * *"  # valid, and as long as a spec allows
+    s = tasks_schedule(cron=long_expr).validated()
+    assert s.describe().startswith("At 5, 5")
+    assert spec._kept_cron_words.cache_info().currsize == after.currsize
 
 
 # -- time zones and DST ------------------------------------------------------------------

@@ -380,11 +380,15 @@ class Schedule:
             raise InvalidSchedule(f"bad data job spec: {exc}") from None
 
 
-@functools.lru_cache(maxsize=1024)
 def cron_words(expr: str) -> str:
-    """A cron expression in words (`At 02:30`), kept per expression: cron_descriptor reads its
+    """A cron expression in words (`At 02:30`), kept per expression up to 256 characters (a
+    valid one can be as long as a schedule's spec: never kept): cron_descriptor reads its
     message catalog again for each description (a profiled run of the console's junk test
     spent 4.5 s on 8,497 descriptions of a handful of expressions)."""
+    return _kept_cron_words(expr) if len(expr) <= 256 else _cron_words(expr)
+
+
+def _cron_words(expr: str) -> str:
     from cron_descriptor import ExpressionDescriptor, Options
 
     options = Options()
@@ -393,6 +397,9 @@ def cron_words(expr: str) -> str:
         return str(ExpressionDescriptor(expr, options).get_description())
     except Exception:  # the words are a courtesy: cronsim decides what runs
         return expr
+
+
+_kept_cron_words = functools.lru_cache(maxsize=1024)(_cron_words)
 
 
 def slot_time(ms: int, tz: str) -> str:
