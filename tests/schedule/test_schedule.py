@@ -92,7 +92,7 @@ def test_the_words_of_an_expression_are_kept_and_a_long_one_is_not() -> None:
     assert first == again and "04:17" in first
     after = spec._kept_cron_words.cache_info()
     assert after.hits >= before.hits + 1
-    long_expr = ",".join(["5"] * 200) + " * * * *"  # valid, and as long as a spec allows
+    long_expr = ",".join(["5"] * 200) + " * * * *"  # valid, and over 256 characters
     s = tasks_schedule(cron=long_expr).validated()
     assert s.describe().startswith("At 5, 5")
     assert spec._kept_cron_words.cache_info().currsize == after.currsize
