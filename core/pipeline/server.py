@@ -197,5 +197,7 @@ def warm(url: str, scratch: Path, *, rows: int = 300_000) -> float:
 def parse_url(url: str) -> tuple[str, int]:
     """host and port of a Spark Connect URL, sc://host:port[/;params]."""
     rest = url.split("://", 1)[1].split("/", 1)[0]
-    host, _, port = rest.rpartition(":")
+    host, colon, port = rest.rpartition(":")
+    if not colon or rest.endswith("]"):  # no port (sc://host, sc://[::1]): Spark's default
+        host, port = rest, ""
     return (host.strip("[]") or "127.0.0.1"), int(port or 15002)

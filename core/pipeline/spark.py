@@ -163,11 +163,14 @@ def local_cores(session: SparkSession, target: SparkTarget) -> int | None:
 
 
 def cores_of(master: str, *, here: bool) -> int | None:
-    """local[N] -> N; local or local[*] -> this machine's cores when it runs `here`; else None."""
+    """local[N] -> N; local -> 1 (Spark's one worker thread); local[*] -> this machine's cores
+    when it runs `here`; else None."""
     m = re.fullmatch(r"local(?:\[(\d+|\*)(?:,\s*\d+)?\])?", master.strip())
     if m is None:
         return None
-    if m.group(1) and m.group(1) != "*":
+    if m.group(1) is None:
+        return 1
+    if m.group(1) != "*":
         return max(1, int(m.group(1)))
     return (os.cpu_count() or 1) if here else None
 

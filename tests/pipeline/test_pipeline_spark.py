@@ -105,7 +105,7 @@ def test_a_worker_waits_for_a_connect_server_that_does_not_answer(settings: Any)
 
 
 @pytest.mark.parametrize(("master", "here", "want"), [
-    ("local[*]", True, os.cpu_count() or 1), ("local", True, os.cpu_count() or 1),
+    ("local[*]", True, os.cpu_count() or 1), ("local", True, 1),
     ("local[3]", False, 3), ("local[4, 2]", True, 4), ("local[*]", False, None),
     ("spark://host:7077", True, None), ("yarn", True, None), ("sc://elsewhere:15002", True, None),
 ])
@@ -113,6 +113,18 @@ def test_the_cores_of_a_local_spark_are_known_and_a_clusters_are_not(
     master: str, here: bool, want: int | None
 ) -> None:
     assert spark.cores_of(master, here=here) == want
+
+
+@pytest.mark.parametrize(("url", "want"), [
+    ("sc://127.0.0.1:15390", ("127.0.0.1", 15390)), ("sc://spark.example:443/;token=t", (
+        "spark.example", 443)), ("sc://spark.example", ("spark.example", 15002)),
+    ("sc://spark.example/;use_ssl=true", ("spark.example", 15002)),
+    ("sc://[::1]:15390", ("::1", 15390)), ("sc://[::1]", ("::1", 15002)),
+])
+def test_a_connect_urls_host_and_port_default_to_sparks_port(
+    url: str, want: tuple[str, int]
+) -> None:
+    assert server.parse_url(url) == want
 
 
 @pytest.mark.parametrize(("cores", "at_once", "want"), [
