@@ -140,10 +140,7 @@ def default_shuffle_partitions(master: str) -> int:
     """As many shuffle partitions as local[N] has threads (local[*]: the machine's cores),
     else 8. A chunk's aggregation is small: with 8 partitions on 2 cores a chunk of the
     benchmark's job took 0.50 s, with 2 0.29 s (bench_pipeline.py, 1.35M rows)."""
-    m = re.fullmatch(r"local\[(\d+|\*)(?:,\s*\d+)?\]", master.strip())
-    if m is None:
-        return 1 if master.strip() == "local" else 8
-    return (os.cpu_count() or 2) if m.group(1) == "*" else max(1, int(m.group(1)))
+    return cores_of(master, here=True) or 8
 
 
 _CORES: dict[str, int | None] = {}
@@ -155,9 +152,11 @@ def local_cores(session: SparkSession, target: SparkTarget) -> int | None:
     master); None for a cluster, whose cores this process does not know. Asked once per
     process and target (on Spark Connect, the server's spark.master is a round trip)."""
     if target.description not in _CORES:
+        from .server import parse_url
+
         master = master_of(session) if target.remote else target.master
-        host = target.remote.removeprefix("sc://").split("/")[0].rsplit(":", 1)[0]
-        here = not target.remote or host.strip("[]") in ("127.0.0.1", "localhost", "::1")
+        here = not target.remote or parse_url(target.remote)[0] in ("127.0.0.1", "localhost",
+                                                                      "::1")
         _CORES[target.description] = cores_of(master, here=here)
     return _CORES[target.description]
 
