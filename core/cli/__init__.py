@@ -30,8 +30,9 @@ class CliError(QueueadminError):
 def unreachable_message(url: str) -> str:
     return (
         f"cannot reach Redis at {redacted(url)}. Start the stack with `make run` (it starts "
-        f"the project's own redis-server on port {settings.EMBEDDED_REDIS_PORT}), or set "
-        "REDIS_URL to a Redis that runs."
+        f"the project's own redis-server on port {settings.EMBEDDED_REDIS_PORT}); a stack "
+        "started with QA_REDIS_PORT=N needs the same QA_REDIS_PORT here; or set REDIS_URL to "
+        "a Redis that runs."
     )
 
 

@@ -179,8 +179,9 @@ def finished(st: jobs.JobStatus, stdout: TextIO) -> jobs.JobStatus:
             "If the cause is in the data or around it (a file, memory, a worker), fix it and "
             "requeue the dead letter (console Dead letters page, or `manage.py requeue "
             f"--request {st.job_id}`): the job then finishes. If it is the SQL or the "
-            "transform, submit the job again with it corrected (another --request-id, or "
-            "--overwrite)."
+            "transform, submit the job again with it corrected (a new submit is a new job; "
+            "give another --request-id if you gave one); `manage.py datajob cancel "
+            f"{st.job_id}` drops this one's staging data."
         )
     if st.state == "cancelled":
         raise CommandError(f"data job {st.job_id} was cancelled: no output was marked complete")

@@ -59,6 +59,10 @@ def is_permanent(exc: BaseException) -> bool:
         return True
     if re.search(r"SQLSTATE: 22\w{3}", text):  # a data exception: a value the SQL cannot take
         return True
+    # raise_error() and assert_true() in the SQL: the job's own check refused a row, which it
+    # refuses again on every run.
+    if "SQLSTATE: P0001" in text or "USER_RAISED_EXCEPTION" in text:
+        return True
     return type(exc).__name__ == "AnalysisException" and not (
         "PATH_NOT_FOUND" in text or "does not exist" in text)
 

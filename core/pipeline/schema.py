@@ -43,15 +43,22 @@ def first_file(path: str) -> tuple[str, dict[str, str]] | None:
     return None
 
 
-def columns_of(path: str, fmt: str) -> Columns | None:
+FORMAT_HINT = "give --format parquet"
+VIEW_HINT = "a --view's format comes from its name: .csv, .json, else Parquet"
+
+
+def columns_of(path: str, fmt: str, *, hint: str = FORMAT_HINT) -> Columns | None:
     """The columns of an input (or --view) from its metadata; None when its files cannot be
-    read from here (a remote path). SpecError for a file that is not in the format given."""
+    read from here (a remote path). SpecError for a file that is not in the format given,
+    with `hint` for a Parquet file given as text (how its format was chosen)."""
     if not is_local(path):
         return None
     found = first_file(path)
     if found is None:
         raise SpecError(f"{path}: no data file found")
     file, partitions = found
+    if fmt != "parquet":
+        _text_only(file, fmt, hint)
     try:
         cols = (_parquet(file) if fmt == "parquet" else _csv(file) if fmt == "csv"
                 else _json(file))
@@ -64,6 +71,21 @@ def columns_of(path: str, fmt: str) -> Columns | None:
     if not cols:
         raise SpecError(f"{file}: no columns found (an empty file, or not {fmt}?)")
     return cols
+
+
+def _text_only(file: str, fmt: str, hint: str) -> None:
+    """SpecError for a file given as CSV or JSON that is not text: read as text, a Parquet
+    file's first bytes made a header of binary junk, named to the user as its columns."""
+    try:
+        with open(file, "rb") as fh:
+            head = fh.read(4096)
+    except OSError:
+        return  # said below, by the read of its columns
+    if head.startswith(b"PAR1"):
+        raise SpecError(f"{file} is a Parquet file, not {fmt} ({hint})")
+    if b"\x00" in head:
+        raise SpecError(f"{file} is not text (it holds NUL bytes), so not {fmt}: is --format "
+                        "right?")
 
 
 def _parquet(file: str) -> Columns:

@@ -281,7 +281,7 @@ class Worker:
                 self._waiting_for = reason
                 if reason is None:
                     if said is not None:
-                        log.info("ready worker=%s: takes tasks (it waited %.1f s while %s)",
+                        log.info("ready worker=%s: takes tasks, after waiting %.1f s: %s",
                                  self.name, time.monotonic() - since, said)
                     return
                 waited = time.monotonic() - since

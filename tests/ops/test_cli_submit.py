@@ -337,6 +337,7 @@ def test_unreachable_redis_names_the_url_and_how_to_start_it(
     assert f"cannot reach Redis at redis://:***@127.0.0.1:{url.rsplit(':', 1)[1]}" in message
     assert "secret" not in message
     assert "make run" in message and "REDIS_URL" in message
+    assert "a stack started with QA_REDIS_PORT=N needs the same QA_REDIS_PORT here" in message
     assert written(redis_client, prefix) == []
 
 

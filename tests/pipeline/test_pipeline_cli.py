@@ -88,6 +88,40 @@ def test_refusals_before_anything_is_queued(
     assert keys_under(redis_client, prefix) == []  # nothing queued
 
 
+def test_a_parquet_file_given_as_text_is_refused_as_such(
+    tmp_path: Path, django_queue: Queue, redis_client: redis.Redis, prefix: str
+) -> None:
+    # Read as a CSV header, its first bytes were once named to the user as its columns.
+    data = tmp_path / "in.parquet"
+    flights(20).to_parquet(data)
+    out = str(tmp_path / "out")
+    for fmt in ("csv", "json"):
+        msg = refused(input=str(data), output=out, format=fmt, sql="SELECT carrier FROM chunk")
+        assert msg == (f"data job refused: {data} is a Parquet file, not {fmt} "
+                       "(give --format parquet)")
+    disguised = tmp_path / "planes.csv"
+    disguised.write_bytes(data.read_bytes())
+    msg = refused(input=str(data), output=out, views=[f"planes={disguised}"])
+    assert msg == (f"data job refused: {disguised} is a Parquet file, not csv (a --view's "
+                   "format comes from its name: .csv, .json, else Parquet)")
+    binary = tmp_path / "blob.csv"
+    binary.write_bytes(b"a,b\n\x00\x01\x02")
+    msg = refused(input=str(binary), output=out, format="csv", sql="SELECT a FROM chunk")
+    assert msg == (f"data job refused: {binary} is not text (it holds NUL bytes), so not csv: "
+                   "is --format right?")
+    assert keys_under(redis_client, prefix) == []  # nothing queued
+
+
+def test_without_format_the_inputs_name_gives_it(tmp_path: Path) -> None:
+    data = tmp_path / "in.csv"
+    flights(5).to_csv(data, index=False)
+    # Read as CSV (its header's columns), not as Parquet, though --format was not given.
+    with pytest.raises(CommandError, match=r"--sql names `nope`, which the data does not have "
+                                           r"\(columns of the input: id, carrier, month,"):
+        call_command("datajob", "submit", "--input", str(data), "--output",
+                     str(tmp_path / "o"), "--sql", "SELECT nope FROM chunk")
+
+
 @pytest.mark.parametrize("how", [[], ["--sql", "SELECT 1 FROM chunk", "--transform", "t"]])
 def test_datajob_command_needs_exactly_one_of_sql_and_transform(
     tmp_path: Path, how: list[str]
@@ -221,7 +255,8 @@ def test_a_failed_job_exits_non_zero_saying_which_chunk_and_why(
     spec = build_spec(input=str(data), format=fmt, output=str(tmp_path / "o"),
                       sql="SELECT a, raise_error('a is ' || a) AS boom FROM chunk WHERE a = 4",
                       chunks=2, request_id="bad1")
-    submit(spec, options=jobs.QueueOptions(max_attempts=1), stdout=io.StringIO(),
+    # Three attempts allowed, one spent: raise_error() refuses the row again on every run.
+    submit(spec, options=jobs.QueueOptions(max_attempts=3), stdout=io.StringIO(),
            stderr=io.StringIO())
     run_worker(django_queue)
     with pytest.raises(CommandError) as exc:
@@ -229,7 +264,7 @@ def test_a_failed_job_exits_non_zero_saying_which_chunk_and_why(
     message = str(exc.value)
     assert "data job bad1 failed: no _SUCCESS was written" in message
     assert "chunk 1 failed after 1 attempt(s)" in message and "a is 4" in message
-    assert "requeue --request bad1" in message
+    assert "requeue --request bad1" in message and "datajob cancel bad1" in message
     assert not (tmp_path / "o" / "_SUCCESS").exists()
     shown = io.StringIO()
     show("bad1", stdout=shown)
@@ -435,6 +470,14 @@ def test_clean_never_touches_a_running_held_or_failed_job_but_removes_an_expired
         assert spec.staging.exists(), spec.job_id
     assert out.getvalue().splitlines()[-1] == (
         "removed 1 staging directory, 6,000 bytes, in queue default")
+    # A failed job's message offers `datajob cancel`: it ends the held combine step and
+    # removes the staging that was kept for a requeue.
+    out = io.StringIO()
+    cancel("failed1", wait_s=1, stdout=out)
+    assert out.getvalue().splitlines()[-1].startswith(
+        f"data job failed1: removed its staging {failed.staging}")
+    assert not failed.staging.exists()
+    assert q.state("failed1.combine") == "cancelled"
 
 
 def test_cancel_of_what_is_no_data_job_is_refused(django_queue: Queue) -> None:

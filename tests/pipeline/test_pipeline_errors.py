@@ -78,6 +78,8 @@ def test_connect_failures_are_told_from_the_jobs_own_errors() -> None:
     (named("Py4JJavaError", "java.lang.OutOfMemoryError: Java heap space"), False),
     (named("Py4JNetworkError", "Answer from Java side is empty"), False),
     (ValueError("bad row 500"), False),
+    # raise_error() / assert_true() in the job's SQL, as Spark 4 reports them.
+    (named("SparkRuntimeException", "[USER_RAISED_EXCEPTION] bad EV SQLSTATE: P0001"), True),
 ])
 def test_only_what_a_retry_cannot_fix_is_permanent(exc: Exception, permanent: bool) -> None:
     assert is_permanent(exc) is permanent

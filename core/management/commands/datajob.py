@@ -12,6 +12,7 @@ from core.cli import actor_option, add_actor_option, raw_stream
 from core.cli.datajob import build_spec, cancel, clean, queue_options, show, submit
 from core.cli.due import add_due_options, due_from
 from core.pipeline.jobs import CANCEL_WAIT_S
+from core.pipeline.spec import view_format
 
 
 class Command(BaseCommand):
@@ -30,8 +31,9 @@ class Command(BaseCommand):
         sub = parser.add_subparsers(dest="action", required=True)
         s = sub.add_parser("submit", help="check and queue a data job")
         s.add_argument("--input", required=True, help="path or glob of the input")
-        s.add_argument("--format", required=True, choices=["parquet", "csv", "json"],
-                       help="input format (csv: with a header line; json: JSON lines)")
+        s.add_argument("--format", choices=["parquet", "csv", "json"],
+                       help="input format (csv: with a header line; json: JSON lines); "
+                            "default: from the input's name, as for --view")
         s.add_argument("--view", action="append", default=[], metavar="NAME=PATH",
                        help="an extra read-only table for the SQL (format from the name: "
                             ".csv, .json, else Parquet); repeat for several")
@@ -107,7 +109,8 @@ class Command(BaseCommand):
                                 tenant=o["tenant"], max_attempts=o["max_attempts"])
         try:
             spec = build_spec(
-                input=o["input"], format=o["format"], output=o["output"],
+                input=o["input"], format=o["format"] or view_format(o["input"]),
+                output=o["output"],
                 output_format=o["output_format"], sql=o["sql"], transform=o["transform"],
                 combine_sql=o["combine_sql"], views=o["view"], chunks=o["chunks"],
                 rows_per_chunk=o["rows_per_chunk"], overwrite=o["overwrite"],
