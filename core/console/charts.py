@@ -106,7 +106,15 @@ def per_minute(v: float) -> str:
 
 def chart(queue: str, window: Window, now: dt.datetime) -> Chart:
     """The window's lines scaled into a WIDTH x HEIGHT box."""
-    return draw(window.name, buckets(queue, window, now), window.bucket)
+    return draw(window.name, buckets(queue, window, now), window.bucket, empty_text=(
+        f"No point in this window yet: each is the change of the queue's counters over "
+        f"{_span(window.bucket)}, between two of the samples that the mirror (runservices, or "
+        "runmirror) records every ~10 s."))
+
+
+def _span(d: dt.timedelta) -> str:
+    minutes = int(d / dt.timedelta(minutes=1))
+    return f"{minutes} minutes" if minutes != 1 else "a minute"
 
 
 def draw(
@@ -125,23 +133,29 @@ def draw(
     step = plot_w / max(1, len(data))
     minutes = bucket / dt.timedelta(minutes=1)
 
-    def xy(i: int, v: float) -> str:
-        return f"{PAD_LEFT + step * (i + 0.5):.1f},{PAD_TOP + plot_h * (1 - v / ymax):.1f}"
+    def xy(x: float, v: float) -> str:
+        return f"{PAD_LEFT + step * x:.1f},{PAD_TOP + plot_h * (1 - v / ymax):.1f}"
+
+    def path(run: list[tuple[int, float]]) -> str:
+        if len(run) == 1:  # a lone point (the first minute of a new stack): a short dash
+            i, v = run[0]
+            return f"{xy(i + 0.2, v)} {xy(i + 0.8, v)}"
+        return " ".join(xy(i + 0.5, v) for i, v in run)
 
     lines = []
     for name in names:
         paths: list[str] = []
-        run: list[str] = []
+        run: list[tuple[int, float]] = []
         for i, b in enumerate(data):
             v = b.rates[name]
             if v is None:
                 if run:
-                    paths.append(" ".join(run))
+                    paths.append(path(run))
                 run = []
             else:
-                run.append(xy(i, v))
+                run.append((i, v))
         if run:
-            paths.append(" ".join(run))
+            paths.append(path(run))
         total = sum((b.rates[name] or 0) * minutes for b in data)
         lines.append(Line(name, paths, total))
     # Times of day within a day; dates beyond.

@@ -77,6 +77,28 @@ def test_chart_rates_are_counter_differences_per_minute_with_gaps() -> None:
     assert chart.ymax == 200 and len(chart.lines[0].paths) == 2  # the gap splits the line
 
 
+def test_a_lone_point_is_drawn_as_a_dash_across_its_bucket() -> None:
+    # A new stack's first minute: one point, which a polyline of one point does not show.
+    start = dt.datetime(2026, 11, 23, 12, 0, tzinfo=dt.UTC)
+    data = [charts.Bucket(start + dt.timedelta(minutes=i), {"done": v})
+            for i, v in enumerate([None, 5.0, None, 1.0, 2.0])]
+    chart = charts.draw("t", data, dt.timedelta(minutes=1))
+    lone, run = chart.lines[0].paths
+    (x1, y1), (x2, y2) = (p.split(",") for p in lone.split())
+    assert y1 == y2 and float(x2) - float(x1) > 10
+    assert len(run.split()) == 2 and not chart.empty
+
+
+@pytest.mark.django_db
+def test_an_empty_window_says_what_a_point_needs() -> None:
+    now = dt.datetime(2026, 11, 23, 12, 0, tzinfo=dt.UTC)
+    QueueSample.objects.create(queue="q", at=now - dt.timedelta(minutes=2), done=5)
+    day = charts.chart("q", charts.DAY, now)
+    assert day.empty and day.empty_text.startswith(
+        "No point in this window yet: each is the change of the queue's counters over 15 "
+        "minutes, between two of the samples")
+
+
 @pytest.mark.django_db
 def test_a_counter_that_went_down_counts_as_zero() -> None:
     now = dt.datetime(2026, 11, 23, 12, 0, tzinfo=dt.UTC)
