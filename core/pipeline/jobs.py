@@ -243,6 +243,13 @@ class JobStatus:
     def finished(self) -> bool:
         return self.state in ("done", "failed", "cancelled")
 
+    @property
+    def cancellable(self) -> bool:
+        """Whether a cancel still stops something: the job runs, or it failed with its combine
+        step held (the cancel drops that step, and the staging a requeue would have used)."""
+        return not self.finished or (
+            self.state == "failed" and self.combine is not None and self.combine.state == "held")
+
 
 def describe_letter(letter: DeadLetter) -> str:
     """Which task of a job a dead letter is (the split, chunk k, the combine), and why."""

@@ -11,6 +11,8 @@ from django import template
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from core.queue.produce import DEFAULT_CONCURRENCY
+
 register = template.Library()
 
 PAYLOAD_PREVIEW = 120  # characters of a payload shown before "show all"
@@ -146,6 +148,17 @@ def thousands(value: Any) -> str:
         return f"{int(value):,}"
     except (TypeError, ValueError):
         return "" if value is None else str(value)
+
+
+@register.filter
+def concurrency(value: Any) -> str:
+    """A request's concurrency as a count, or "no limit" for the engine's default: a request
+    that set none has DEFAULT_CONCURRENCY, a number no queue reaches."""
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        return "" if value is None else str(value)
+    return "no limit" if n >= DEFAULT_CONCURRENCY else f"{n:,}"
 
 
 def _count(value: float) -> str:

@@ -43,7 +43,7 @@ DONE_KEPT = 30
 SKIPPED = {
     "requeue": "{n} no longer dead: someone else acted first, or the page was out of date",
     "delete": "{n} no longer dead: someone else acted first, or the page was out of date",
-    "cancel": "{n} had already finished or been cancelled",
+    "cancel": "{n} already finished or cancelled",
     "claim": "{n} no longer held by the consumer shown (finished, renewed or moved meanwhile)",
     "release": "{n} no longer held by the consumer shown (finished, renewed or moved meanwhile)",
     "reclaim": "{n} no longer held by the worker",

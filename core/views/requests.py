@@ -170,6 +170,9 @@ def request_detail(request: HttpRequest, queue_name: str, request_id: str) -> Ht
         DeadLetter.objects.filter(queue=queue.name, request_id=request_id).order_by("-dead_at")[:20]
     )
     next_after = pending[-1].task_id if len(pending) == 50 else None
+    # A held follow-up waits on its parent: the page says which, and whether it failed.
+    parent = (introspect.request(queue, live.after)
+              if live is not None and live.state == "held" and live.after else None)
     results_at = _results_cursor(request)
     results = None
     if live is not None:
@@ -178,7 +181,8 @@ def request_detail(request: HttpRequest, queue_name: str, request_id: str) -> Ht
                             for tid, text in page_.items],
                    "total": page_.total, "next": page_.cursor, "first": results_at == 0}
     context = {
-        "row": row, "info": live, "db": db, "pending": pending, "payloads": payloads,
+        "row": row, "info": live, "db": db, "parent": parent, "pending": pending,
+        "payloads": payloads,
         "progress": progress,
         "preview": preview, "letters": letters, "timeline": _timeline(queue, row, db),
         "next_after": next_after, "first_page": after is None, "results": results,

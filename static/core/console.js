@@ -115,6 +115,24 @@
   document.addEventListener("htmx:responseError", function () { banner(true); });
   document.addEventListener("htmx:sendError", function () { banner(true); });
 
+  // A wide table scrolls in its own box (.scroll-x with an id): a poll's swap keeps it where
+  // the operator scrolled it, instead of jumping back to its left edge.
+  var scrolled = {};
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    scrolled = {};
+    document.querySelectorAll(".scroll-x[id]").forEach(function (box) { scrolled[box.id] = box.scrollLeft; });
+  });
+
+  function restoreScroll() {
+    Object.keys(scrolled).forEach(function (id) {
+      var box = document.getElementById(id);
+      if (box) { box.scrollLeft = scrolled[id]; }
+    });
+  }
+
+  // On the swap itself, before the browser paints the new table at its left edge.
+  document.addEventListener("htmx:afterSwap", restoreScroll);
+
   document.addEventListener("htmx:load", function (event) { syncToggles(); syncForms(event.target); });
   document.addEventListener("DOMContentLoaded", function () { syncToggles(); syncForms(); });
 })();

@@ -1,7 +1,8 @@
 """Search in a real browser (Playwright driving Debian's Chromium) against `manage.py runstack`
 (gunicorn, the mirror, a worker): a word of a request's payload, typed into the header's search
 box on any page, finds the request after it has finished (its tasks gone from Redis), and its
-row opens the request's page."""
+row opens the request's page. And at 1280 px, the search results and the Workers page stay
+inside the window (this module's stack has the worker and the mirror that test needs)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests.browser_support import Stack, queue, require_browser, running_stack
+from core.queue import introspect
+from tests.browser_support import Stack, queue, require_browser, running_stack, until
 
 require_browser()
 pytestmark = pytest.mark.slow
@@ -52,3 +54,53 @@ def test_a_payload_word_typed_in_the_header_finds_the_request(
     row.locator(f"a:text-is('{rid}')").click()
     page.wait_for_url(re.compile(rf".*/requests/default/{rid}/$"))
     page.wait_for_selector("h1 .state.s-done")
+
+
+def test_wide_tables_stay_inside_a_1280_px_window(stack: Stack, page: Any, shots: Any) -> None:
+    """At 1280 px, the Workers page with workers running tasks and the search results are no
+    wider than the window: a wide table scrolls in its own box, the page and its nav bar do
+    not."""
+    q = queue(stack)
+    until(lambda: introspect.workers(q).items, 60, "the stack's worker to register")
+    note = ("customer Quetzalcoatl Ltd, invoice INV-73310, shipped by sea freight from the "
+            "warehouse in Rotterdam to the distribution centre in Veracruz")
+    rids = [q.submit([{"seconds": 25, "note": note}], handler="sleep", tenant="acme-logistics",
+                     request_id=f"nightly-invoice-export-2024-06-{day:02d}").request_id
+            for day in (1, 2)]
+    until(lambda: sum(getattr(introspect.request(q, r), "leased", 0) for r in rids) >= 1, 30,
+          "the stack's worker to take a task")
+    # A second worker, on another host, running both requests' tasks as its heartbeat says.
+    now_ms = int(time.time() * 1000)
+    q.heartbeat("batch-host-07.eu-west.internal-48213", {
+        "host": "batch-host-07.eu-west.internal.example.com", "pid": 48213, "slots": 4,
+        "queues": ["default", "exports", "invoices"], "started": now_ms // 1000 - 7200,
+        "processed": 18_204, "failed": 12, "dead_after_ms": 60_000, "version": "0.1.0+g1a2b3c4",
+        "tasks": [{"queue": "default", "request": r, "task": f"{now_ms - 5000}-{i}",
+                   "since": now_ms - 5000} for i, r in enumerate(rids)]})
+    page.set_viewport_size({"width": 1280, "height": 900})
+    page.goto(stack.url("/workers/?queue=default"))
+    page.locator('tr[data-worker="batch-host-07.eu-west.internal-48213"]').wait_for()
+    until(lambda: page.locator("ul.tasks li").count() >= 3, 30, "both workers' tasks")
+    shots(page, "workers-1280")
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    # Scrolled to its last columns (the Quiet and Stop buttons), the table stays there when
+    # the page's poll replaces it.
+    box = "document.getElementById('workers-box')"
+    left = page.evaluate(f"(() => {{ const b = {box}; b.scrollLeft = b.scrollWidth; "
+                         "window.__box = b; return b.scrollLeft; })()")
+    assert left > 0
+    until(lambda: page.evaluate(f"{box} !== window.__box"), 30, "the page's next poll")
+    assert page.evaluate(f"{box}.scrollLeft") == left
+    shots(page, "workers-1280-scrolled")
+    page.goto(stack.url("/search/?queue=default&q=quetzalcoatl"))
+    row = page.locator(f'#search-hits tr[data-request="{rids[0]}"]')
+    deadline = time.monotonic() + 30
+    while not row.count():  # the mirror indexes the requests within a second or so
+        assert time.monotonic() < deadline, page.content()
+        page.wait_for_timeout(500)
+        page.reload()
+    shots(page, "search-1280")
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    # The matched payload wraps: the whole table, its Matched column too, is in sight.
+    assert page.evaluate("document.getElementById('search-hits').getBoundingClientRect().right"
+                         " <= window.innerWidth")

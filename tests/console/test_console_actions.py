@@ -83,6 +83,14 @@ def test_cancel_asks_first_then_cancels(operator: Client, world: World) -> None:
     assert world.q.state(world.running) in ("cancelling", "cancelled")
 
 
+def test_cancelling_a_finished_request_says_it_was_skipped_and_why(
+    operator: Client, world: World
+) -> None:
+    done = post(operator, "/requests/", "cancel", request=[world.failed], confirmed="1")
+    assert "cancelled 0 of 1; 1 skipped. 1 was already finished or cancelled." in text(done)
+    assert world.q.state(world.failed) == "failed"
+
+
 def test_release_a_pending_entry_from_the_pending_page(operator: Client, world: World) -> None:
     html = operator.get("/pending/").content.decode()
     value = f"{world.running}/{world.live_task}/w-live/"

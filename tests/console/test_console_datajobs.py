@@ -450,6 +450,7 @@ def test_the_queues_strip_follows_the_poll_so_a_done_job_shows_no_stale_leased_t
     body = poll.content.decode()
     assert poll.status_code == 286
     assert body.lstrip().startswith('<section id="live"') and 'id="job-state">done<' in body
+    assert 'id="job-state">done</b>, 1 chunk.' in body
     assert 'id="strip" hx-swap-oob="true"' in body
     assert strip_of(body) == ("queue default: 0 waiting 0 leased 0 delayed 0 scheduled 0 dead "
                               "0 live workers")
@@ -581,3 +582,75 @@ def test_a_running_chunk_shows_running_and_a_line_counts_done_running_waiting(
     assert states == {"0": "done", "1": "running", "2": "pending", "3": "pending"}
     assert '<p class="chunk-progress" id="chunk-progress">1 of 4 done, 1 running, 2 waiting</p>' \
         in html
+
+
+def chunk_failed_job(q: Queue, tmp_path: Path) -> JobSpec:
+    """A 2-chunk job as workers leave it when chunk 1 fails on its only attempt: chunk 0 done
+    and staged, chunk 1 a dead letter, the combine step held behind the job's request."""
+    spec = submitted_job(q, tmp_path, chunks=2, options=jobs.QueueOptions(max_attempts=1))
+    split_by_hand(q, spec, 2)
+    leases = {lease.payload["chunk"]: lease for lease in q.dequeue("w-one", count=2)}
+    key = q.keys.record(jobs.RECORD_KIND, "dj1")
+    report = {"chunk": 0, "rows_in": 1, "rows_out": 1, "seconds": 0.5, "attempt": 1,
+              "worker": "w-one"}
+    q.redis.hset(key, mapping={"chunks": 2, "chunk:0": json.dumps(report)})
+    spec.part_dir(0).mkdir(parents=True)
+    (spec.part_dir(0) / "part-0.parquet").write_bytes(b"p" * 1234)
+    q.ack(leases[0])
+    q.fail(leases[1], "DataJobError: chunk 1 of job dj1: OSError: input file vanished")
+    mirror(q)
+    return spec
+
+
+def test_a_failed_jobs_page_says_what_to_do_next_and_who_may_cancel_it(
+    console: Queue, operator: Client, viewer: Client, tmp_path: Path
+) -> None:
+    chunk_failed_job(console, tmp_path)
+    st = jobs.status(console, "dj1")
+    assert st.state == "failed" and st.combine is not None and st.combine.state == "held"
+    html = operator.get("/jobs/default/dj1/").content.decode()
+    after = html.split("chunk 1 failed after 1 attempt(s)", 1)[1]
+    hint = re.search(r'<p class="next-step" id="job-next">(.*?)</p>', after, re.S)
+    assert hint is not None, html
+    said = " ".join(re.sub(r"<[^>]+>", "", hint.group(1)).split())
+    assert "fix it and requeue the dead letter" in said and "the job then finishes" in said
+    assert "submit the job again with it corrected" in said
+    assert "cancel the job: that drops its held combine step and its staging data" in said
+    assert 'href="/dead/?queue=default&amp;request=dj1"' in hint.group(1)
+    assert "Cancel this job…" in html
+    # A viewer reads what to do, but gets no button.
+    html = viewer.get("/jobs/default/dj1/").content.decode()
+    assert 'id="job-next"' in html and "Cancel this job…" not in html
+
+
+def test_a_done_job_offers_no_cancel_and_no_next_step(
+    console: Queue, operator: Client, tmp_path: Path
+) -> None:
+    complete_job(console, tmp_path)
+    html = operator.get("/jobs/default/dj1/").content.decode()
+    assert 'id="job-state">done<' in html
+    assert "Cancel this job…" not in html and 'id="job-next"' not in html
+
+
+def test_cancelling_a_failed_job_from_its_page_cancels_its_held_combine_step(
+    console: Queue, operator: Client, tmp_path: Path
+) -> None:
+    spec = chunk_failed_job(console, tmp_path)
+    page = "/jobs/default/dj1/"
+    html = operator.get(page).content.decode()
+    form = re.search(r'<form method="post" class="actionbar" id="job-actions".*?</form>', html,
+                     re.S)
+    assert form is not None, html
+    fields = dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)"', form.group(0)))
+    ask = operator.post("/actions/cancel/", fields)
+    assert ask.status_code == 200 and "This cancels data job dj1 as a whole" in ask.content.decode()
+    r = operator.post("/actions/cancel/", fields | {"confirmed": "1"}, follow=True)
+    said = r.content.decode()
+    assert r.status_code == 200 and r.redirect_chain[-1][0] == page
+    assert "cancelled 1 of 1" in said
+    assert f"Data job dj1: removed its staging {spec.staging} (1,234 bytes)" in said
+    assert console.state("dj1.combine") == "cancelled" and not spec.staging.exists()
+    st = jobs.status(console, "dj1")
+    assert st.state == "failed" and st.cancelled  # the failure is still what it tells
+    # Nothing left to cancel, and requeuing would no longer finish it: neither is offered.
+    assert "Cancel this job…" not in said and 'id="job-next"' not in said

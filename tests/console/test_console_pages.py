@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -136,6 +137,62 @@ def test_request_detail_shows_pending_timeline_letters_and_payloads(
     assert "hx-trigger" not in response.content.decode()
     html = viewer.get(f"/requests/default/{seeded.history}/").content.decode()
     assert "no longer holds this request" in html
+
+
+def test_a_held_follow_up_says_which_request_it_waits_for(
+    viewer: Client, console: Queue
+) -> None:
+    console.submit([{"n": 1}], handler="echo", request_id="parent-1", max_attempts=1)
+    console.submit_after("parent-1", [{"n": 2}], handler="echo", request_id="then-1")
+
+    def note() -> str:
+        html = viewer.get("/requests/default/then-1/").content.decode()
+        m = re.search(r'<p class="lede" id="held-note">(.*?)</p>', html, re.S)
+        assert m is not None, html
+        assert 'href="/requests/default/parent-1/"' in m.group(1)
+        return " ".join(re.sub(r"<[^>]+>", "", m.group(1)).split())
+
+    assert note() == ("Held behind request parent-1: it runs when that one is done. If that one "
+                      "fails, it stays held until that request's dead letters are requeued and "
+                      "it finishes, or until this one is cancelled.")
+    [lease] = console.dequeue("w-1", 1)
+    console.fail(lease, "ValueError: bad row")
+    assert console.state("parent-1") == "failed" and console.state("then-1") == "held"
+    assert note() == ("Held behind request parent-1, which failed: it stays held until that "
+                      "request's dead letters are requeued and it finishes, or until this one "
+                      "is cancelled.")
+    # Only a held request says so.
+    assert 'id="held-note"' not in viewer.get("/requests/default/parent-1/").content.decode()
+
+
+def concurrency_shown(viewer: Client, rid: str) -> str:
+    html = viewer.get(f"/requests/default/{rid}/").content.decode()
+    m = re.search(r"<tr><th>Concurrency</th><td>([^<]*)</td></tr>", html)
+    assert m is not None, html
+    return m.group(1)
+
+
+def test_a_request_without_a_concurrency_limit_says_no_limit(
+    viewer: Client, console: Queue
+) -> None:
+    console.submit([{"n": 1}], handler="echo", request_id="free")
+    console.submit([{"n": 1}], handler="echo", request_id="capped", concurrency=3)
+    assert concurrency_shown(viewer, "free") == "no limit"
+    assert concurrency_shown(viewer, "capped") == "3"
+
+
+def test_counts_of_one_are_singular(viewer: Client, seeded: Seeded, console: Queue) -> None:
+    html = viewer.get(f"/dead/default/{seeded.fingerprint}/").content.decode()
+    assert "<b>3</b> letters from 1 request of 1 tenant, first" in html
+    assert "· 1 attempt ·" in html and "1 attempts" not in html
+    assert "3 dead letters in the history" in viewer.get("/dead/").content.decode()
+    # A dead letter the mirror has not copied yet (the database has none of this request's).
+    console.submit([{"n": 1}], handler="echo", request_id="one-dead", max_attempts=1,
+                   priority=99)  # leased before the seeded requests' tasks
+    [lease] = console.dequeue("w-1", 1)
+    console.fail(lease, "ValueError: bad row")
+    html = viewer.get("/requests/default/one-dead/").content.decode()
+    assert "1 dead letter; it appears here once the mirror has recorded it." in html
 
 
 def test_pending_page_lists_leases_and_flags_dead_consumers(
