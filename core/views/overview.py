@@ -37,15 +37,17 @@ def overview(request: HttpRequest) -> HttpResponse:
     for s in summaries:  # every queue's, the picked one first
         where = f"Queue {s.name}: " if len(summaries) > 1 else ""
         if s.unattended:
-            anomalies.append((s.name, f"{where}{s.stats.waiting + s.stats.delayed:,} tasks wait "
+            waiting = s.stats.waiting + s.stats.delayed
+            anomalies.append((s.name, f"{where}{_count(waiting, 'task waits', 'tasks wait')} "
                               "and no worker is live."))
         if s.expired_leases:
-            anomalies.append((s.name, f"{where}{s.expired_leases:,} leases are past their expiry "
-                              "and not recovered yet: a worker died or stalls, or no worker "
-                              "runs the reaper."))
+            expired = _count(s.expired_leases, "lease is past its expiry",
+                             "leases are past their expiry")
+            anomalies.append((s.name, f"{where}{expired} and not recovered yet: a worker died "
+                              "or stalls, or no worker runs the reaper."))
         if s.stale_workers:
-            anomalies.append((s.name, f"{where}{s.stale_workers} registered workers have not "
-                              "beaten lately."))
+            stale = _count(s.stale_workers, "registered worker has", "registered workers have")
+            anomalies.append((s.name, f"{where}{stale} not beaten lately."))
     if dead_before is not None and current.stats.dead > dead_before:
         anomalies.append((queue.name, f"Dead letters of {queue.name} grew by "
                           f"{current.stats.dead - dead_before:,} in the last 10 minutes."))
@@ -68,3 +70,8 @@ def _dead_before(queue: str, now: dt.datetime) -> int | None:
         .order_by("-at").values_list("dead", flat=True).first()
     )
     return None if row is None else int(row)
+
+
+def _count(n: int, one: str, many: str) -> str:
+    """"1 task waits", "2 tasks wait": the count and the words that agree with it."""
+    return f"{n:,} {one if n == 1 else many}"

@@ -86,8 +86,8 @@ def test_overview_flags_work_without_workers_and_expired_leases(
 
     time.sleep(0.15)  # the lease expires; nothing reaps it (no worker runs)
     html = viewer.get("/").content.decode()
-    assert "tasks wait and no worker is live" in html
-    assert "leases are past their expiry" in html
+    assert "2 tasks wait and no worker is live" in html
+    assert "1 lease is past its expiry and not recovered yet" in html
 
 
 def test_requests_list_filters_and_progress(viewer: Client, seeded: Seeded) -> None:
