@@ -83,6 +83,10 @@ def test_wide_tables_stay_inside_a_1280_px_window(stack: Stack, page: Any, shots
     until(lambda: page.locator("ul.tasks li").count() >= 3, 30, "both workers' tasks")
     shots(page, "workers-1280")
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    # The stack's own worker's Stop button is in sight without scrolling the table.
+    stop = page.locator("#workers-box tr[data-worker] button", has_text="Stop").first
+    edge = stop.bounding_box()
+    assert edge is not None and edge["x"] + edge["width"] <= 1280, edge
     # Scrolled to its last columns (the Quiet and Stop buttons), the table stays there when
     # the page's poll replaces it.
     box = "document.getElementById('workers-box')"
