@@ -66,12 +66,29 @@ def datajob(payload: dict[str, Any], ctx: TaskContext) -> dict[str, Any] | None:
     except SpecError as exc:
         raise DataJobError(f"{_where_task(payload, ctx)} refused: {exc}",
                            permanent=True) from exc
+    if op in ("split", "chunk"):
+        _not_cancelled(spec, payload, ctx)
     try:
         return run(spec, payload, ctx, statements)
     except Cancelled:
         if ctx.cancelled:  # the job was cancelled: its staging goes once its tasks stop
             jobs.clean_when_stopped(ctx.queue, spec.job_id)
         raise
+
+
+def _not_cancelled(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext) -> None:
+    """Refuse a split or chunk of a job that an operator cancelled after it failed: the job's
+    own request had ended (failed), so only its combine step could be cancelled, and a dead
+    letter of it requeued later would run again for a combine that never comes, writing
+    staging data nobody reads."""
+    stopped = ("cancelled", "cancelling")
+    own = introspect.request(ctx.queue, ctx.request_id)
+    if own is not None and own.state in stopped:
+        return  # a cancel of the running job: the task stops as any cancelled task does
+    combine = introspect.request(ctx.queue, jobs.combine_id(spec.job_id))
+    if combine is not None and combine.state in stopped:
+        raise DataJobError(f"{_where_task(payload, ctx)} not run: the job was cancelled "
+                           "(its combine step is); submit it again to run it", permanent=True)
 
 
 def _spec_of(payload: dict[str, Any], ctx: TaskContext) -> JobSpec:

@@ -26,7 +26,7 @@ from django.core.management.base import CommandError
 from core.cli.datajob import build_spec, cancel, clean, follow, show, submit
 from core.pipeline import jobs
 from core.pipeline.check import make_spec
-from core.queue import Queue
+from core.queue import Queue, introspect
 from core.queue.errors import UnknownHandlerWarning
 from core.stack.redis_server import RedisServer
 from tests.conftest import keys_under
@@ -270,6 +270,17 @@ def test_a_failed_job_exits_non_zero_saying_which_chunk_and_why(
     show("bad1", stdout=shown)
     summary = json.loads(shown.getvalue())
     assert summary["state"] == "failed" and summary["chunks_done"] == [0]
+    # Cancelled (its request has ended, failed: the cancel ends its held combine step), then
+    # its dead letter requeued: the chunk does not run again for a combine that never comes.
+    cancel("bad1", wait_s=5, stdout=io.StringIO())
+    assert django_queue.state("bad1.combine") == "cancelled" and not spec.staging.exists()
+    [letter] = introspect.request_dead_letters(django_queue, "bad1")
+    assert django_queue.requeue([letter.id]) == (1, 0)
+    run_worker(django_queue)
+    [again] = introspect.request_dead_letters(django_queue, "bad1")
+    assert again.error.endswith("chunk 1 of job bad1 not run: the job was cancelled (its "
+                                "combine step is); submit it again to run it"), again.error
+    assert again.attempts == 1 and not spec.staging.exists()
 
 
 def _quiet_submit(spec: Any) -> str:
