@@ -170,7 +170,8 @@ def finished(st: jobs.JobStatus, stdout: TextIO) -> jobs.JobStatus:
     if st.state == "done" and st.manifest is not None:
         m = st.manifest
         stdout.write(f"done: {_rows(m['rows_in'])} rows in, {m['rows_out']:,} rows out, "
-                     f"{len(m['chunks'])} chunks -> {m['output']} ({m['output_format']})\n")
+                     f"{len(m['chunks'])} chunk{'' if len(m['chunks']) == 1 else 's'} -> "
+                     f"{m['output']} ({m['output_format']})\n")
         return st
     if st.state == "failed":
         reasons = "\n".join(f"  {f}" for f in st.failures) or "  (no dead letter found)"

@@ -163,10 +163,10 @@ def statements(spec: JobSpec, *, columns: bool) -> Statements:
     """The job's checked statements (SQLRefused if one may not run). With `columns`, their
     columns are resolved against the input's and views' metadata (submit); the worker's
     check leaves that to Spark."""
-    def cols(path: str, fmt: str, hint: str = schema.FORMAT_HINT) -> sqlcheck.Schema | None:
-        return schema.columns_of(path, fmt, hint=hint) if columns else None
+    def cols(path: str, fmt: str, view: bool = False) -> sqlcheck.Schema | None:
+        return schema.columns_of(path, fmt, view=view) if columns else None
 
-    views = {n: cols(p, view_format(p), schema.VIEW_HINT) for n, p in spec.views.items()}
+    views = {n: cols(p, view_format(p), view=True) for n, p in spec.views.items()}
     sql = None
     chunk_columns: tuple[str, ...] | None = None
     if spec.sql is not None:

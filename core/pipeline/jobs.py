@@ -261,7 +261,8 @@ def describe_letter(letter: DeadLetter) -> str:
     what = {"split": "the split", "combine": "the combine step"}.get(str(op), "a task")
     if op == "chunk":
         what = f"chunk {p.get('chunk')}"
-    return (f"{what} failed after {letter.attempts} attempt(s) (dead letter {letter.id}): "
+    tries = f"{letter.attempts} attempt{'' if letter.attempts == 1 else 's'}"
+    return (f"{what} failed after {tries} (dead letter {letter.id}): "
             f"{letter.error}")
 
 

@@ -43,22 +43,20 @@ def first_file(path: str) -> tuple[str, dict[str, str]] | None:
     return None
 
 
-FORMAT_HINT = "give --format parquet"
 VIEW_HINT = "a --view's format comes from its name: .csv, .json, else Parquet"
 
 
-def columns_of(path: str, fmt: str, *, hint: str = FORMAT_HINT) -> Columns | None:
-    """The columns of an input (or --view) from its metadata; None when its files cannot be
-    read from here (a remote path). SpecError for a file that is not in the format given,
-    with `hint` for a Parquet file given as text (how its format was chosen)."""
+def columns_of(path: str, fmt: str, *, view: bool = False) -> Columns | None:
+    """The columns of an input (or, with `view`, a --view) from its metadata; None when its
+    files cannot be read from here (a remote path). SpecError for a file that is not in the
+    format given."""
     if not is_local(path):
         return None
     found = first_file(path)
     if found is None:
         raise SpecError(f"{path}: no data file found")
     file, partitions = found
-    if fmt != "parquet":
-        _text_only(file, fmt, hint)
+    _sniff(file, fmt, view)
     try:
         cols = (_parquet(file) if fmt == "parquet" else _csv(file) if fmt == "csv"
                 else _json(file))
@@ -73,19 +71,27 @@ def columns_of(path: str, fmt: str, *, hint: str = FORMAT_HINT) -> Columns | Non
     return cols
 
 
-def _text_only(file: str, fmt: str, hint: str) -> None:
-    """SpecError for a file given as CSV or JSON that is not text: read as text, a Parquet
-    file's first bytes made a header of binary junk, named to the user as its columns."""
+def _sniff(file: str, fmt: str, view: bool) -> None:
+    """SpecError for a file that is plainly not in `fmt`, by its first bytes: a Parquet file
+    given as CSV or JSON (read as text, its bytes made a header of binary junk, named to the
+    user as its columns), other binary data given as text, or text given as Parquet (pyarrow
+    said only "Parquet magic bytes not found")."""
     try:
         with open(file, "rb") as fh:
             head = fh.read(4096)
     except OSError:
         return  # said below, by the read of its columns
-    if head.startswith(b"PAR1"):
-        raise SpecError(f"{file} is a Parquet file, not {fmt} ({hint})")
-    if b"\x00" in head:
-        raise SpecError(f"{file} is not text (it holds NUL bytes), so not {fmt}: is --format "
-                        "right?")
+    parquet, binary = head.startswith(b"PAR1"), b"\x00" in head
+    if fmt == "parquet":
+        if head and not parquet and not binary:
+            raise SpecError(f"{file} is text, not Parquet "
+                            f"({VIEW_HINT if view else 'give --format csv or --format json'})")
+    elif parquet:
+        raise SpecError(f"{file} is a Parquet file, not {fmt} "
+                        f"({VIEW_HINT if view else 'give --format parquet'})")
+    elif binary:
+        raise SpecError(f"{file} is not text (it holds NUL bytes), so not {fmt}: is "
+                        f"{'its name' if view else '--format'} right?")
 
 
 def _parquet(file: str) -> Columns:

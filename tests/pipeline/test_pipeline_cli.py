@@ -88,7 +88,7 @@ def test_refusals_before_anything_is_queued(
     assert keys_under(redis_client, prefix) == []  # nothing queued
 
 
-def test_a_parquet_file_given_as_text_is_refused_as_such(
+def test_a_file_given_in_the_wrong_format_is_refused_as_such(
     tmp_path: Path, django_queue: Queue, redis_client: redis.Redis, prefix: str
 ) -> None:
     # Read as a CSV header, its first bytes were once named to the user as its columns.
@@ -109,6 +109,11 @@ def test_a_parquet_file_given_as_text_is_refused_as_such(
     msg = refused(input=str(binary), output=out, format="csv", sql="SELECT a FROM chunk")
     assert msg == (f"data job refused: {binary} is not text (it holds NUL bytes), so not csv: "
                    "is --format right?")
+    text = tmp_path / "flights.csv"
+    flights(5).to_csv(text, index=False)
+    msg = refused(input=str(text), output=out, format="parquet", sql="SELECT carrier FROM chunk")
+    assert msg == (f"data job refused: {text} is text, not Parquet (give --format csv or "
+                   "--format json)")
     assert keys_under(redis_client, prefix) == []  # nothing queued
 
 
@@ -263,7 +268,7 @@ def test_a_failed_job_exits_non_zero_saying_which_chunk_and_why(
         follow(django_queue, "bad1", timeout=10, stdout=io.StringIO())
     message = str(exc.value)
     assert "data job bad1 failed: no _SUCCESS was written" in message
-    assert "chunk 1 failed after 1 attempt(s)" in message and "a is 4" in message
+    assert "chunk 1 failed after 1 attempt" in message and "a is 4" in message
     assert "requeue --request bad1" in message and "datajob cancel bad1" in message
     assert not (tmp_path / "o" / "_SUCCESS").exists()
     shown = io.StringIO()

@@ -111,7 +111,7 @@ def test_a_failing_chunk_says_which_and_why_and_a_requeue_finishes_the_job(
     st = run_job(dq, spec, max_attempts=1)
     assert st.state == "failed"
     [failure] = st.failures
-    assert failure.startswith("chunk 2 failed after 1 attempt(s)"), failure
+    assert failure.startswith("chunk 2 failed after 1 attempt"), failure
     assert "bad row 500: fix the data and requeue" in failure
     assert not (Path(spec.output) / "_SUCCESS").exists()
     assert dq.state(jobs.combine_id(spec.job_id)) == "held"
@@ -157,7 +157,7 @@ def test_a_local_parquet_split_asks_spark_only_to_analyse_and_still_fails_once(
     st = run_job(dq, bad, max_attempts=3)
     assert st.state == "failed"
     [failure] = st.failures
-    assert failure.startswith("the split failed after 1 attempt(s)"), failure
+    assert failure.startswith("the split failed after 1 attempt"), failure
     assert "carrier" in failure and "GROUP BY" in failure.upper(), failure
     assert st.chunks is None
     assert not (Path(bad.output) / "_SUCCESS").exists()
