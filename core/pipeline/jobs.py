@@ -356,11 +356,12 @@ class Cleanup:
             return (f"data job {self.job_id}: removed its staging {self.staging} "
                     f"({self.removed_bytes:,} bytes)")
         if self.leased:
-            return (f"data job {self.job_id}: {self.leased} task(s) still stopping; its "
+            tasks = "1 task" if self.leased == 1 else f"{self.leased} tasks"
+            return (f"data job {self.job_id}: {tasks} still stopping; its "
                     f"workers remove its staging {self.staging} once they have stopped "
                     "(else `manage.py datajob clean` does)")
         if self.state == "done":
-            return f"data job {self.job_id} is done: nothing to cancel or remove"
+            return f"data job {self.job_id} is done: its output stays, and it left no staging"
         if self.state not in CLEANABLE:
             return f"data job {self.job_id} is {self.state}: its staging {self.staging} stays"
         return f"data job {self.job_id}: no staging left"

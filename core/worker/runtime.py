@@ -281,9 +281,8 @@ class Worker:
                 self._waiting_for = reason
                 if reason is None:
                     if said is not None:
-                        log.info("ready worker=%s: takes tasks after %.1f s of waiting, now "
-                                 "that this no longer holds: %s",
-                                 self.name, time.monotonic() - since, said)
+                        log.info("ready worker=%s: takes tasks; no longer true after %.1f s: "
+                                 "%s", self.name, time.monotonic() - since, said)
                     return
                 waited = time.monotonic() - since
                 if reason != said:

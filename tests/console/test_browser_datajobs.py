@@ -251,7 +251,7 @@ def test_cancel_a_running_job_from_its_page_and_its_worker_removes_the_staging(
     assert time.monotonic() - started < 5  # not held until the chunk stops
     said = page.locator("#messages").inner_text()
     assert "cancelled 1 of 1; 0 skipped. Data job held-job: " in said, said
-    assert "1 task(s) still stopping; its workers remove its staging" in said, said
+    assert "1 task still stopping; its workers remove its staging" in said, said
     shots(page, "datajob-cancelled")
     page.locator("#job-state", has_text=re.compile(r"^cancelled$")).wait_for(timeout=60_000)
     until(lambda: not spec.staging.exists(), 60, "the worker to remove the staging")

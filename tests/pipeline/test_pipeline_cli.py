@@ -245,6 +245,11 @@ def test_a_job_followed_to_its_end_and_its_manifest_shown(
     with pytest.raises(CommandError, match="already complete"):
         build_spec(input=str(data), format=fmt, output=str(tmp_path / "o"),
                    sql="SELECT 1 FROM chunk")
+    out = io.StringIO()
+    cancel("cli1", wait_s=1, stdout=out)
+    assert out.getvalue().splitlines() == [
+        "data job cli1: nothing to cancel (finished or cancelled already)",
+        "data job cli1 is done: its output stays, and it left no staging"]
 
 
 @pytest.mark.slow
@@ -429,7 +434,7 @@ def test_cancel_removes_the_staging_once_nothing_runs_and_clean_finishes_what_it
     assert 0.5 <= time.monotonic() - started < 5
     said = out.getvalue()
     assert "data job run1 cancelled" in said
-    assert "1 task(s) still stopping; its workers remove its staging" in said
+    assert "1 task still stopping; its workers remove its staging" in said
     assert "datajob clean" in said
     assert running.staging.exists()
     assert q.state("run1") == "cancelling" and q.state("run1.combine") == "cancelled"

@@ -228,6 +228,6 @@ def test_a_dead_spark_server_gives_the_chunk_back_and_the_workers_wait_for_it(
         log.read_text()[-3000:]
     got = pd.read_parquet(spec.output).sort_values("id").reset_index(drop=True)
     pd.testing.assert_frame_equal(got, df)
-    assert "takes tasks after" in log.read_text()
+    assert "takes tasks; no longer true after" in log.read_text()
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(30) == 0

@@ -373,7 +373,7 @@ def test_a_worker_takes_no_task_before_its_handlers_are_ready(
     assert live_queue.wait("r", timeout=10) == "done" and ran == ["a"]
     said = [r.getMessage() for r in caplog.records]
     assert any("takes no task while the test's server is down" in m for m in said), said
-    assert any("waiter: takes tasks after" in m for m in said), said
+    assert any("waiter: takes tasks; no longer true after" in m for m in said), said
 
 
 def test_waiting_at_start_is_told_quietly_until_it_lasts(
