@@ -9,6 +9,8 @@ SECRET_KEY     default: generated once and kept in var/secret_key, so sessions s
 DEBUG          "1" or "true" to turn on (default off)
 ALLOWED_HOSTS  comma-separated (default localhost,127.0.0.1)
 HOST, PORT     where `runstack` serves the console (default 127.0.0.1:8000)
+QA_ACCESS_LOG  the console's access log under `runstack`: "-" for its output, or a file (default
+               none: every page polls every few seconds, which buried the workers' lines)
 QA_ADMIN_PASSWORD  password `runstack` gives the "admin" user (default: generated, kept in
                var/admin_password)
 QA_VAR_DIR     where local state lives (default: var/ in the checkout; installed from a wheel,
@@ -174,6 +176,7 @@ OUTPUT_ROOTS = _env_list("QA_OUTPUT_ROOTS", str(VAR_DIR / "out"))
 # The supervisor (`runstack`).
 WEB_HOST = os.environ.get("HOST") or "127.0.0.1"
 WEB_PORT = int(os.environ.get("PORT") or "8000")
+ACCESS_LOG = os.environ.get("QA_ACCESS_LOG", "").strip()
 QA_ADMIN_PASSWORD = os.environ.get("QA_ADMIN_PASSWORD", "")
 
 INSTALLED_APPS = [

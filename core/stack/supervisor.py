@@ -162,7 +162,7 @@ class Stack:
                 [
                     sys.executable, "-m", "gunicorn", "queueadmin.wsgi:application",
                     "--bind", bind, "--workers", "2", "--graceful-timeout", "5",
-                    "--access-logfile", "-",
+                    *(["--access-logfile", settings.ACCESS_LOG] if settings.ACCESS_LOG else []),
                     *([] if trusted else ["--forwarded-allow-ips", ""]),
                 ],
             ),

@@ -77,7 +77,9 @@ def test_serves_the_console_and_sigint_stops_everything(
 
     assert stack.process.wait(30) == 0
     assert _gone(gunicorn)
-    assert "stopped on SIGINT" in "".join(stack.lines)
+    said = "".join(stack.lines)
+    assert "stopped on SIGINT" in said
+    assert "GET /static/core/console.css" not in said  # no access log unless QA_ACCESS_LOG
 
 
 @pytest.mark.slow
@@ -85,12 +87,13 @@ def test_serves_the_console_and_sigint_stops_everything(
     ("setting", "fsync"), [(None, "always"), ("everysec", "everysec")], ids=["default", "everysec"]
 )
 def test_embedded_redis_is_started_and_sigterm_stops_it(
-    start_stack: StartStack, setting: str | None, fsync: str
+    start_stack: StartStack, setting: str | None, fsync: str, tmp_path: Path
 ) -> None:
     redis_port = free_port()
+    access = tmp_path / "access.log"
     stack = start_stack(
         QA_REDIS_PORT=str(redis_port), QA_ADMIN_PASSWORD="s3cret-pass",
-        **({"QA_REDIS_FSYNC": setting} if setting else {}),
+        QA_ACCESS_LOG=str(access), **({"QA_REDIS_FSYNC": setting} if setting else {}),
     )
     stack.wait_for_line(r"queueadmin is up")
     redis_pid, gunicorn = stack.pid_of("redis-server"), stack.pid_of("gunicorn")
@@ -103,6 +106,7 @@ def test_embedded_redis_is_started_and_sigterm_stops_it(
     ]
     assert not (stack.var_dir / "admin_password").exists()  # the password came from the env
     assert _get(_log_in(stack, "s3cret-pass"), stack.url("/"))[0] == 200
+    assert '"GET / HTTP/1.1" 200' in access.read_text()  # QA_ACCESS_LOG: a file of its own
 
     stack.process.send_signal(signal.SIGTERM)
 
