@@ -77,6 +77,15 @@ def test_overview_shows_depths_workers_anomalies_charts_and_redis(
     assert "Dead letters" in html
 
 
+def test_a_new_queues_overview_says_nothing_was_submitted_yet(
+    viewer: Client, console: Queue
+) -> None:
+    html = viewer.get("/").content.decode()
+    assert "Since the queue began" in html and "Nothing submitted to this queue yet." in html
+    console.submit([1], handler="echo")
+    assert "Nothing submitted to this queue yet." not in viewer.get("/").content.decode()
+
+
 def test_overview_flags_work_without_workers_and_expired_leases(
     viewer: Client, console: Queue
 ) -> None:
