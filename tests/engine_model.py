@@ -369,8 +369,7 @@ class QueueModel:
     def revive(self, r: Request, t: Task) -> bool:
         if t.state != "dead" or r.state in ("cancelling", "cancelled"):
             return False
-        t.state, t.attempts, t.dead_id = "waiting", 0, None
-        self.stats["failed"] -= 1
+        t.state, t.attempts, t.dead_id = "waiting", 0, None  # stats "failed" counts it still
         if r.state == "failed":
             r.state = "active"
             r.reopens += 1

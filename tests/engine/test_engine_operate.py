@@ -121,6 +121,10 @@ def test_requeue_by_dead_letter_id_reopens_a_failed_request(
     assert queue.wait("r", timeout=0) == "done"
     assert completions(redis_client, queue, "r") == ["failed", "failed", "done"]
     assert introspect.dead_letters(queue) == []
+    # The queue's totals count what happened, requeues or not: two failures, then two done
+    # (the Overview's "failed per minute" and /metrics' counters read them).
+    totals = introspect.stats(queue).totals
+    assert (totals["failed"], totals["done"], totals["submitted"]) == (2, 2, 2)
 
 
 def test_requeue_refuses_cancelled_and_unknown_requests(queue: Queue) -> None:
