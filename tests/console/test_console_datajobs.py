@@ -198,6 +198,26 @@ def test_every_field_reaches_the_spec_and_the_queue_options(
     assert "Data job console-job-1 was submitted before: nothing changed." in again
 
 
+def test_without_a_format_the_inputs_name_gives_it_as_on_the_command_line(
+    console: Queue, operator: Client, tmp_path: Path
+) -> None:
+    page = operator.get("/jobs/").content.decode()
+    assert '<option value="" selected>from the input\'s name</option>' in page
+    data = tmp_path / "in.csv"
+    pd.DataFrame({"carrier": ["AA"], "n": [1]}).to_csv(data, index=False)
+    r = operator.post("/jobs/submit/", filled(tmp_path, input=str(data), format="",
+                                              request_id="by-name"))
+    assert r.status_code == 302, r.content.decode()
+    st = jobs.status(console, "by-name")
+    assert st.spec is not None and st.spec.format == "csv"
+    # Given as Parquet, the same file is refused at the format field, saying what it is.
+    r = operator.post("/jobs/submit/", filled(tmp_path, input=str(data), format="parquet"))
+    assert r.status_code == 400
+    page = r.content.decode()
+    assert f"{data} is text, not Parquet (give --format csv or --format json)" in page
+    assert '<select name="format" aria-invalid="true"' in page
+
+
 def test_a_registered_transform_is_offered_and_replaces_the_sql(
     console: Queue, operator: Client, tmp_path: Path
 ) -> None:
