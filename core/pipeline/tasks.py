@@ -82,10 +82,11 @@ def _not_cancelled(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext) -> 
     letter of it requeued later would run again for a combine that never comes, writing
     staging data nobody reads."""
     stopped = ("cancelled", "cancelling")
-    own = introspect.request(ctx.queue, ctx.request_id)
+    combine_id = jobs.combine_id(spec.job_id)
+    found = introspect.requests_many(ctx.queue, [ctx.request_id, combine_id])  # one round trip
+    own, combine = found.get(ctx.request_id), found.get(combine_id)
     if own is not None and own.state in stopped:
         return  # a cancel of the running job: the task stops as any cancelled task does
-    combine = introspect.request(ctx.queue, jobs.combine_id(spec.job_id))
     if combine is not None and combine.state in stopped:
         raise DataJobError(f"{_where_task(payload, ctx)} not run: the job was cancelled "
                            "(its combine step is); submit it again to run it", permanent=True)
