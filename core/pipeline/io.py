@@ -127,10 +127,15 @@ def parse_lines(lines: DataFrame, fmt: str, schema: StructType) -> DataFrame:
     return rows.select(*(F.col("r").getField(f.name).alias(f.name) for f in schema.fields))
 
 
+def view_frames(session: SparkSession, spec: JobSpec) -> dict[str, DataFrame]:
+    """The job's --view tables, by name (read lazily)."""
+    return {name: read(session, path, view_format(path)) for name, path in spec.views.items()}
+
+
 def register_views(session: SparkSession, spec: JobSpec) -> None:
     """The job's --view tables, as temporary views of `session` (a task's own session)."""
-    for name, path in spec.views.items():
-        read(session, path, view_format(path)).createOrReplaceTempView(name)
+    for name, frame in view_frames(session, spec).items():
+        frame.createOrReplaceTempView(name)
 
 
 def write(df: DataFrame, path: Path, fmt: str, *, one_file: bool = True) -> None:

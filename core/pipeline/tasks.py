@@ -164,11 +164,14 @@ def sparking(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext) -> Iterat
 
 
 def _transform(session: SparkSession, spec: JobSpec, df: DataFrame,
-               statements: check.Statements) -> DataFrame:
-    df.createOrReplaceTempView("chunk")
-    io.register_views(session, spec)
+               statements: check.Statements, views: dict[str, DataFrame] | None = None,
+               ) -> DataFrame:
+    """The chunk's result: the job's SQL over `chunk` and its views (`views`: read already),
+    or its registered transform."""
     if statements.sql is not None:
-        return session.sql(statements.sql.text)
+        views = io.view_frames(session, spec) if views is None else views
+        return spark.sql_over(session, statements.sql.text, {"chunk": df, **views})
+    io.register_views(session, spec)  # a transform reaches them by name
     fn = transforms.get(spec.transform or "")
     if fn is None:
         raise DataJobError(f"transform {spec.transform!r} is not registered in this worker: "
@@ -276,10 +279,12 @@ def _analyse(session: SparkSession, spec: JobSpec, frame: DataFrame,
              statements: check.Statements) -> str:
     """Spark's analysis of the job's statements over `frame` (no data read): a statement Spark
     refuses raises here. Returns the parts' schema (JSON), which the combine reads them with."""
-    result_schema = _transform(session, spec, frame.limit(0), statements).schema
+    views = io.view_frames(session, spec)
+    result_schema = _transform(session, spec, frame.limit(0), statements, views).schema
     if statements.combine_sql is not None:
-        session.createDataFrame([], result_schema).createOrReplaceTempView("parts")
-        session.sql(statements.combine_sql.text).schema  # noqa: B018  (analysed here)
+        parts = session.createDataFrame([], result_schema)
+        combined = spark.sql_over(session, statements.combine_sql.text, {"parts": parts, **views})
+        combined.schema  # noqa: B018  (analysed here)
     return result_schema.json()
 
 
@@ -389,6 +394,9 @@ def chunk(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext,
         raise DataJobError(f"chunk {k} of job {spec.job_id} refused: {exc}",
                            permanent=True) from exc
     with sparking(spec, payload, ctx) as session:
+        # Its share of the cores for the whole query: a chunk read in one partition
+        # aggregates in one task too.
+        spark.shuffle_into(session, _partitions_of(record))
         df = chunk_frame(session, spec, read, record)
         # Known from the Parquet footers; a CSV or JSON chunk's rows are not counted (Spark
         # reports no observation made below the result of a write).
@@ -509,13 +517,13 @@ def combine(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext,
             if parts is None:
                 reader = session.read if schema is None else session.read.schema(schema)
                 parts = reader.parquet(*(str(d) for d in dirs))
-            parts.createOrReplaceTempView("parts")
-            io.register_views(session, spec)
+            spark.shuffle_into(session, 1 if tiny else None)
             seen = Observation("rows_out")
-            with spark.shuffle_partitions(session, 1) if tiny else contextlib.nullcontext():
-                io.write(session.sql(statements.combine_sql.text).observe(
-                    seen, F.count(F.lit(1)).alias("rows")), staged_out, spec.output_format)
-                rows_out = int(seen.get["rows"])
+            query = spark.sql_over(session, statements.combine_sql.text,
+                                   {"parts": parts, **io.view_frames(session, spec)})
+            io.write(query.observe(seen, F.count(F.lit(1)).alias("rows")), staged_out,
+                     spec.output_format)
+            rows_out = int(seen.get["rows"])
         else:
             staged_out.mkdir(parents=True)
             for k in range(n):

@@ -316,11 +316,35 @@ def test_small_parts_reach_spark_as_they_were_written(
 def test_a_tiny_combine_shuffles_into_one_partition_and_gives_the_setting_back(
     spark_session: Any,
 ) -> None:
-    key = "spark.sql.shuffle.partitions"
+    key = spark.SHUFFLE_PARTITIONS
     before = spark_session.conf.get(key)
     frame = spark_session.createDataFrame(pa.table({"k": [3, 1, 2, 1]}))
-    with spark.shuffle_partitions(spark_session, 1):
+    try:
+        spark.shuffle_into(spark_session, 1)
         assert spark_session.conf.get(key) == "1"
         ordered = frame.groupBy("k").count().orderBy("k")
         assert [r.k for r in ordered.collect()] == [1, 2, 3]
-    assert spark_session.conf.get(key) == before
+        spark.shuffle_into(spark_session, 1)  # unchanged: nothing sent, still 1
+        assert spark_session.conf.get(key) == "1"
+        spark.shuffle_into(spark_session, None)
+        assert spark_session.conf.get(key) == before
+    finally:
+        spark.shuffle_into(spark_session, None)
+
+
+def test_sql_over_sends_its_views_with_the_query_and_leaves_no_temporary_view(
+    spark_session: Any,
+) -> None:
+    from pyspark.errors import AnalysisException
+
+    chunk = spark_session.createDataFrame(pa.table({"k": [1, 2, 2], "v": [10, 20, 30]}))
+    names = spark_session.createDataFrame(pa.table({"k": [1, 2], "name": ["a", "b"]}))
+    query = spark.sql_over(
+        spark_session, "SELECT name, sum(v) AS s FROM chunk JOIN names USING (k) "
+        "GROUP BY name ORDER BY name", {"chunk": chunk, "names": names})
+    assert [tuple(r) for r in query.collect()] == [("a", 10), ("b", 50)]
+    # The views went with the query (this PySpark has the plan for it): none was registered.
+    tables = {t.name for t in spark_session.catalog.listTables()}
+    assert not tables & {"chunk", "names"}, tables
+    with pytest.raises(AnalysisException, match="nope"):
+        spark.sql_over(spark_session, "SELECT nope FROM chunk", {"chunk": chunk}).schema  # noqa: B018
