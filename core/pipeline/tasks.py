@@ -171,7 +171,8 @@ def _transform(session: SparkSession, spec: JobSpec, df: DataFrame,
     if statements.sql is not None:
         views = io.view_frames(session, spec) if views is None else views
         return spark.sql_over(session, statements.sql.text, {"chunk": df, **views})
-    io.register_views(session, spec)  # a transform reaches them by name
+    df.createOrReplaceTempView("chunk")  # a transform reaches them by name, as before
+    io.register_views(session, spec)
     fn = transforms.get(spec.transform or "")
     if fn is None:
         raise DataJobError(f"transform {spec.transform!r} is not registered in this worker: "
