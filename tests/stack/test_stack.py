@@ -246,7 +246,7 @@ def test_sigint_to_the_supervisor_releases_running_tasks_before_redis_stops(
     assert stack.process.wait(30) == 0
     assert all(_gone(pid, timeout=1) for pid in pids)
     output = "".join(stack.lines)
-    assert "released 1 tasks" in output and "stopped on SIGINT" in output
+    assert "released 1 tasks" in output and "stopped on SIGINT" in output, output[-4000:]
     assert "Redis unavailable" not in output
     # What Redis wrote to its append-only file: the task waits again, attempt not spent.
     server = start_redis(stack.var_dir / "redis", appendonly=True)
