@@ -52,7 +52,7 @@ def _allowed(actor: Actor, action: str, queue: str, target: str, permission: str
 
 
 def build_spec(
-    *, input: str, format: str, output: str, output_format: str = "parquet",
+    *, input: str, format: str | None, output: str, output_format: str = "parquet",
     sql: str | None = None, transform: str | None = None, combine_sql: str | None = None,
     views: list[str] | None = None, chunks: int | str | None = None,
     rows_per_chunk: int | str | None = None, overwrite: bool = False,

@@ -20,7 +20,7 @@ from . import transforms
 from .check import make_spec
 from .jobs import QueueOptions
 from .roots import DataRoots
-from .spec import JobSpec, SpecError, parse_views
+from .spec import JobSpec, SpecError, parse_views, view_format
 
 MAX_JOB_ID = 120  # the combine follow-up appends ".combine" to a 128-character id
 _INTEGER = re.compile(r"-?\d{1,12}")
@@ -82,14 +82,15 @@ def job_id(request_id: str | None) -> str:
 
 
 def job_spec(
-    *, input: str, format: str, output: str, output_format: str = "parquet",
+    *, input: str, format: str | None, output: str, output_format: str = "parquet",
     sql: str | None = None, transform: str | None = None, combine_sql: str | None = None,
     views: Sequence[str] = (), chunks: Number = None, rows_per_chunk: Number = None,
     overwrite: bool = False, request_id: str | None = None, roots: DataRoots | None = None,
 ) -> JobSpec:
     """The job's spec after every check (check.make_spec: paths under the data roots, the
     SQL's tree, its columns against the input's metadata); SpecError saying what to change.
-    `views` are NAME=PATH items; `sql`/`transform` None when not given."""
+    `views` are NAME=PATH items; `sql`/`transform` None when not given; `format` None or
+    empty: the input's name says it, as a --view's does."""
     if not input.strip():
         raise SpecError("--input is required: the path or glob of the data to read")
     if not output.strip():
@@ -98,7 +99,8 @@ def job_spec(
     n_rows = whole(rows_per_chunk, "--rows-per-chunk")
     jid = job_id(request_id)
     transforms.load_modules()  # transforms register themselves on import
-    return make_spec(job_id=jid, input=input, format=format, output=output,
+    return make_spec(job_id=jid, input=input, format=format or view_format(input),
+                     output=output,
                      output_format=output_format, sql=sql, transform=transform,
                      combine_sql=combine_sql, views=parse_views(list(views)), chunks=n_chunks,
                      rows_per_chunk=n_rows, overwrite=overwrite, roots=roots)

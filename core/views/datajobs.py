@@ -25,7 +25,7 @@ from core.ops import audit
 from core.ops.audit import as_actor
 from core.pipeline import jobs, submission, transforms
 from core.pipeline.jobs import QueueOptions
-from core.pipeline.spec import FORMATS, OUTPUT_FORMATS, JobSpec, SpecError, view_format
+from core.pipeline.spec import FORMATS, OUTPUT_FORMATS, JobSpec, SpecError
 from core.queue import Queue
 from core.queue.errors import InvalidInput, UnknownHandlerWarning
 from core.queue.keys import validate_id
@@ -144,7 +144,7 @@ def _checked(form: dict[str, Any]) -> tuple[JobSpec, QueueOptions]:
         priority=form["priority"], concurrency=form["concurrency"], tenant=form["tenant"],
         max_attempts=form["max_attempts"])
     spec = submission.job_spec(
-        input=form["input"], format=form["format"] or view_format(form["input"]),
+        input=form["input"], format=form["format"],
         output=form["output"],
         output_format=form["output_format"] or "parquet", sql=form["sql"] or None,
         transform=form["transform"] or None, combine_sql=form["combine_sql"] or None,

@@ -12,7 +12,6 @@ from core.cli import actor_option, add_actor_option, raw_stream
 from core.cli.datajob import build_spec, cancel, clean, queue_options, show, submit
 from core.cli.due import add_due_options, due_from
 from core.pipeline.jobs import CANCEL_WAIT_S
-from core.pipeline.spec import view_format
 
 
 class Command(BaseCommand):
@@ -109,7 +108,7 @@ class Command(BaseCommand):
                                 tenant=o["tenant"], max_attempts=o["max_attempts"])
         try:
             spec = build_spec(
-                input=o["input"], format=o["format"] or view_format(o["input"]),
+                input=o["input"], format=o["format"],
                 output=o["output"],
                 output_format=o["output_format"], sql=o["sql"], transform=o["transform"],
                 combine_sql=o["combine_sql"], views=o["view"], chunks=o["chunks"],
