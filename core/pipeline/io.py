@@ -148,6 +148,41 @@ def write(df: DataFrame, path: Path, fmt: str, *, one_file: bool = True) -> None
     w.save(str(path))
 
 
+def parquet_rows(directory: Path) -> int:
+    """The rows of the Parquet files Spark wrote in `directory`, from their footers."""
+    import pyarrow.parquet as pq
+
+    return sum(pq.read_metadata(f).num_rows for f in data_files(directory))
+
+
+def write_arrow(table: Any, directory: Path) -> None:
+    """An Arrow table as the one Parquet file of the new directory `directory` (a chunk's
+    part that came back to its worker; Spark reads it as the parts' schema says)."""
+    import pyarrow.parquet as pq
+
+    directory.mkdir()
+    pq.write_table(table, directory / "part-00000.snappy.parquet", compression="snappy")
+
+
+def arrow_safe(schema: StructType) -> bool:
+    """Every column of `schema` goes through Arrow and Parquet and is read back by Spark as
+    the same type (no timestamp without a zone, interval, void or variant)."""
+    from pyspark.sql import types as T
+
+    def safe(t: Any) -> bool:
+        if isinstance(t, T.ArrayType):
+            return safe(t.elementType)
+        if isinstance(t, T.MapType):
+            return safe(t.keyType) and safe(t.valueType)
+        if isinstance(t, T.StructType):
+            return all(safe(f.dataType) for f in t.fields)
+        return isinstance(t, T.StringType | T.BooleanType | T.ByteType | T.ShortType
+                          | T.IntegerType | T.LongType | T.FloatType | T.DoubleType
+                          | T.DecimalType | T.BinaryType | T.DateType | T.TimestampType)
+
+    return safe(schema)
+
+
 def temp_beside(target: Path) -> Path:
     return target.parent / f".tmp-{target.name}-{uuid.uuid4().hex[:8]}"
 

@@ -91,6 +91,9 @@ def server_conf(config: ServerConfig) -> dict[str, str]:
         # lists them with a Spark job of its own, which cost a chunk more than the listing.
         "spark.sql.sources.parallelPartitionDiscovery.threshold": "100000",
         "spark.hadoop.parquet.enable.summary-metadata": "false",
+        # A chunk whose aggregate came out big is refused past this, not held in the heap
+        # (tasks._returned: the job's chunks then let Spark write their parts).
+        "spark.driver.maxResultSize": "128m",
         "spark.connect.execute.manager.detachedTimeout": DETACHED_TIMEOUT,
         "spark.connect.execute.manager.maintenanceInterval": "5s",
         # An idle JVM gives its unused heap back (G1's periodic collection, down to a small

@@ -79,6 +79,9 @@ class SQLRefused(SpecError):
     """The SQL is not a query a data job may run; the message says why and what to change."""
 
 
+SMALL_LIMIT = 10_000  # a query with at most this LIMIT counts as an aggregate (CheckedSQL)
+
+
 @dataclass(frozen=True)
 class CheckedSQL:
     """A statement that passed the check: `text` is what Spark runs (regenerated from the
@@ -90,6 +93,9 @@ class CheckedSQL:
     # view -> the columns the query reads of it, when they were resolved (to size chunks by
     # the bytes a job reads, not the whole file's)
     reads: Mapping[str, frozenset[str]] | None = None
+    # an aggregate (GROUP BY, aggregate functions) or a LIMIT at the outer level: a result that
+    # is usually small next to what it reads (tasks.py sends a chunk's back to its worker)
+    aggregates: bool = False
 
 
 @functools.cache
@@ -120,7 +126,7 @@ def check_sql(sql: str, *, option: str, views: Mapping[str, Schema | None],
     if "${" in text:  # Spark substitutes ${...} anywhere in the text, strings included
         raise SQLRefused(f"{option} holds ${{...}}, which Spark would replace with its "
                          "configuration or environment; write it another way (e.g. '$' || '{')")
-    return CheckedSQL(text, columns, reads)
+    return CheckedSQL(text, columns, reads, _aggregates(tree))
 
 
 def _parse(sql: str, option: str) -> exp.Expr:
@@ -234,6 +240,20 @@ def _outer_select(tree: Any) -> exp.Select | None:
     while isinstance(tree, exp.SetOperation | exp.Subquery):
         tree = tree.left if isinstance(tree, exp.SetOperation) else tree.this
     return tree if isinstance(tree, exp.Select) else None
+
+
+def _aggregates(tree: exp.Expr) -> bool:
+    """The outer query groups, aggregates (outside a window) or has a LIMIT of at most
+    SMALL_LIMIT rows; not a UNION."""
+    if not isinstance(tree, exp.Select):
+        return False
+    limit = tree.args.get("limit")
+    n = limit.expression if isinstance(limit, exp.Limit) else None
+    if tree.args.get("group") or (isinstance(n, exp.Literal) and n.is_int
+                                  and int(n.name) <= SMALL_LIMIT):
+        return True
+    return any(not agg.find_ancestor(exp.Window, exp.Subquery)
+               for e in tree.expressions for agg in e.find_all(exp.AggFunc))
 
 
 def _named(tree: exp.Expr, qualified: exp.Expr | None = None

@@ -348,3 +348,91 @@ def test_sql_over_sends_its_views_with_the_query_and_leaves_no_temporary_view(
     assert not tables & {"chunk", "names"}, tables
     with pytest.raises(AnalysisException, match="nope"):
         spark.sql_over(spark_session, "SELECT nope FROM chunk", {"chunk": chunk}).schema  # noqa: B018
+
+
+TYPED_GROUPS = "b, i8, s, bin, d, ts, dec, l, st"
+TYPED_SQL = (f"SELECT {TYPED_GROUPS}, first(m) AS m, count(*) AS n, sum(id) AS total "
+             f"FROM chunk GROUP BY {TYPED_GROUPS}")
+TYPED_COMBINE = (f"SELECT {TYPED_GROUPS}, first(m) AS m, sum(n) AS n, sum(total) AS total "
+                 f"FROM parts GROUP BY {TYPED_GROUPS}")
+
+
+def typed_input(tmp_path: Path, copies: int = 40) -> Path:
+    """typed_table()'s three rows `copies` times, with an id, in row groups of 10 rows."""
+    table = pa.concat_tables([typed_table()] * copies)
+    table = table.append_column("id", pa.array(range(len(table)), pa.int64()))
+    path = tmp_path / "typed.parquet"
+    pq.write_table(table, path, row_group_size=10)
+    return path
+
+
+def written_by(st: jobs.JobStatus) -> list[str]:
+    assert st.state == "done", st.failures
+    assert st.manifest is not None
+    return [c["part_written_by"] for c in st.manifest["chunks"]]
+
+
+def test_an_aggregate_comes_back_to_its_worker_and_gives_what_spark_writes(
+    dq: Queue, spark_session: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An aggregate's chunks come back over Arrow and the worker writes their parts; the
+    output (every type footer_frame() knows, nulls, nested columns) is the one Spark gives
+    when its tasks write the parts."""
+    from core.pipeline import tasks
+
+    src = typed_input(tmp_path)
+    returned = run_job(dq, spec_for(tmp_path, src, sql=TYPED_SQL, combine_sql=TYPED_COMBINE,
+                                    chunks=4, output=str(tmp_path / "returned")))
+    assert written_by(returned) == ["worker"] * 4
+    monkeypatch.setattr(tasks, "_returns", lambda *args: False)
+    by_spark = run_job(dq, spec_for(tmp_path, src, sql=TYPED_SQL, combine_sql=TYPED_COMBINE,
+                                    chunks=4, output=str(tmp_path / "by-spark")))
+    assert written_by(by_spark) == ["spark"] * 4
+    got = spark_session.read.parquet(str(tmp_path / "returned"))
+    want = spark_session.read.parquet(str(tmp_path / "by-spark"))
+    assert got.schema == want.schema
+    rows = sorted(got.collect(), key=str)
+    assert rows == sorted(want.collect(), key=str)
+    assert sorted((r.n, r.total) for r in rows) == [
+        (40, sum(range(i, 120, 3))) for i in range(3)]
+    assert returned.manifest is not None
+    assert [c["rows_out"] for c in returned.manifest["chunks"]] == [3, 3, 3, 3]
+
+
+def test_a_big_result_leaves_the_later_chunks_to_spark_and_a_row_query_never_returns(
+    dq: Queue, spark_session: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first result over the limit is still written (it is here), but the job's later
+    chunks let Spark write their parts; a query that does not aggregate, or a job without a
+    combine step (whose parts are its output), always lets Spark write them."""
+    from core.pipeline import tasks
+
+    src = typed_input(tmp_path)
+    monkeypatch.setattr(tasks, "RETURNED_ROWS", 2)
+    big = run_job(dq, spec_for(tmp_path, src, sql=TYPED_SQL, combine_sql=TYPED_COMBINE,
+                               chunks=4, output=str(tmp_path / "big")))
+    assert sorted(written_by(big)) == ["spark", "spark", "spark", "worker"]
+    assert big.manifest is not None and big.manifest["rows_out"] == 3
+    rows = run_job(dq, spec_for(tmp_path, src, sql="SELECT id, s FROM chunk WHERE i8 = 1",
+                                combine_sql="SELECT count(*) AS n FROM parts", chunks=2,
+                                output=str(tmp_path / "rows")))
+    assert written_by(rows) == ["spark", "spark"]
+    assert [c["rows_out"] for c in rows.manifest["chunks"]] == [20, 20]  # type: ignore[index]
+    alone = run_job(dq, spec_for(tmp_path, src, sql=TYPED_SQL, chunks=2,
+                                 output=str(tmp_path / "alone")))
+    assert written_by(alone) == ["spark", "spark"]
+    assert alone.manifest is not None and alone.manifest["rows_out"] == 6
+    assert spark_session.read.parquet(str(tmp_path / "alone")).count() == 6
+
+
+def test_arrow_safe_types_are_those_spark_reads_back_unchanged() -> None:
+    from pyspark.sql import types as T
+
+    safe = T.StructType([
+        T.StructField("a", T.ArrayType(T.MapType(T.StringType(), T.DecimalType(10, 2)))),
+        T.StructField("t", T.TimestampType()), T.StructField("d", T.DateType()),
+        T.StructField("s", T.StructType([T.StructField("x", T.ByteType())]))])
+    assert io.arrow_safe(safe)
+    for unsafe in (T.TimestampNTZType(), T.NullType(), T.DayTimeIntervalType(),
+                   T.YearMonthIntervalType(), T.ArrayType(T.TimestampNTZType())):
+        assert not io.arrow_safe(T.StructType([T.StructField("x", unsafe)])), unsafe

@@ -160,3 +160,22 @@ def test_a_substitution_anywhere_in_the_text_is_refused(sql: str) -> None:
     """Spark replaces ${...} in the SQL text before parsing it, strings and quoted names
     included (and the workers' sessions turn that off as well)."""
     assert "holds ${...}, which Spark would replace" in refused(sql)
+
+
+@pytest.mark.parametrize(("sql", "aggregates"), [
+    ("SELECT carrier, sum(dep_delay) AS s FROM chunk GROUP BY carrier", True),
+    ("SELECT count(*) AS n, max(month) AS m FROM chunk", True),
+    ("SELECT carrier FROM chunk LIMIT 10", True),
+    ("WITH t AS (SELECT carrier FROM chunk) SELECT carrier, count(*) AS n FROM t "
+     "GROUP BY carrier", True),
+    ("SELECT carrier, month FROM chunk", False),
+    ("SELECT carrier FROM chunk LIMIT 5000000", False),
+    ("SELECT carrier, sum(month) OVER (PARTITION BY carrier) AS s FROM chunk", False),
+    ("SELECT carrier FROM (SELECT carrier, count(*) AS n FROM chunk GROUP BY carrier) t", False),
+    ("SELECT carrier FROM chunk WHERE month IN (SELECT max(month) FROM chunk)", False),
+    ("SELECT carrier FROM chunk GROUP BY carrier UNION ALL SELECT carrier FROM chunk", False),
+])
+def test_an_outer_aggregate_is_known_from_the_tree(sql: str, aggregates: bool) -> None:
+    """The outer query groups, aggregates outside a window, or has a small LIMIT: its result
+    is an aggregate's (a chunk's then comes back to its worker); anything else is not."""
+    assert check_sql(sql, option="--sql", views=VIEWS).aggregates is aggregates
