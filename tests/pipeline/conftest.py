@@ -24,6 +24,9 @@ from tests.pipeline_support import TEST_JAVA_OPTIONS, flights, jar_dir
 from tests.spark_cluster import start_jvm, wait_for
 
 
+RESULT_LIMIT = "4m"  # the test server's spark.driver.maxResultSize
+
+
 @pytest.fixture(scope="session")
 def connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The run's Spark Connect server, started as the stack starts its own (core.pipeline.server,
@@ -36,6 +39,8 @@ def connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         port=free_port(), local_dir=work / "local", memory="1g",
         jar=jvm.ensure_jar(jar_dir()), cores="2",
         conf=(("spark.sql.shuffle.partitions", "1"),
+              # small, so that a test can have a chunk's result refused (test_pipeline_reads)
+              ("spark.driver.maxResultSize", RESULT_LIMIT),
               ("spark.driver.extraJavaOptions", TEST_JAVA_OPTIONS)))
     server.prepare(config)
     log = work / "server.log"

@@ -381,22 +381,36 @@ def test_an_aggregate_comes_back_to_its_worker_and_gives_what_spark_writes(
     from core.pipeline import tasks
 
     src = typed_input(tmp_path)
-    returned = run_job(dq, spec_for(tmp_path, src, sql=TYPED_SQL, combine_sql=TYPED_COMBINE,
-                                    chunks=4, output=str(tmp_path / "returned")))
+
+    def job(name: str, sql: str = TYPED_SQL) -> jobs.JobStatus:
+        return run_job(dq, spec_for(tmp_path, src, sql=sql, combine_sql=TYPED_COMBINE,
+                                    chunks=4, output=str(tmp_path / name)))
+
+    returned = job("returned")
     assert written_by(returned) == ["worker"] * 4
-    monkeypatch.setattr(tasks, "_returns", lambda *args: False)
-    by_spark = run_job(dq, spec_for(tmp_path, src, sql=TYPED_SQL, combine_sql=TYPED_COMBINE,
-                                    chunks=4, output=str(tmp_path / "by-spark")))
-    assert written_by(by_spark) == ["spark"] * 4
-    got = spark_session.read.parquet(str(tmp_path / "returned"))
-    want = spark_session.read.parquet(str(tmp_path / "by-spark"))
-    assert got.schema == want.schema
-    rows = sorted(got.collect(), key=str)
-    assert rows == sorted(want.collect(), key=str)
-    assert sorted((r.n, r.total) for r in rows) == [
-        (40, sum(range(i, 120, 3))) for i in range(3)]
     assert returned.manifest is not None
     assert [c["rows_out"] for c in returned.manifest["chunks"]] == [3, 3, 3, 3]
+    # Parts the combine leaves to Spark to read (over 2 MiB), and chunks with no row left.
+    monkeypatch.setattr(io, "SMALL_PARTS_BYTES", 0)
+    empty = job("read-by-spark", TYPED_SQL.replace("GROUP BY", "WHERE id < 30 GROUP BY"))
+    assert written_by(empty) == ["worker"] * 4
+    assert empty.manifest is not None
+    assert [c["rows_out"] for c in empty.manifest["chunks"]] == [3, 0, 0, 0]
+    monkeypatch.setattr(tasks, "_returns", lambda *args: False)
+    by_spark = job("by-spark")
+    assert written_by(by_spark) == ["spark"] * 4
+    want = spark_session.read.parquet(str(tmp_path / "by-spark"))
+    for name in ("returned", "read-by-spark"):
+        got = spark_session.read.parquet(str(tmp_path / name))
+        assert got.schema == want.schema
+        rows = sorted(got.collect(), key=str)
+        if name == "returned":
+            assert rows == sorted(want.collect(), key=str)
+            assert sorted((r.n, r.total) for r in rows) == [
+                (40, sum(range(i, 120, 3))) for i in range(3)]
+        else:  # ids 0-29: the first 10 copies of the three rows
+            assert sorted((r.n, r.total) for r in rows) == [
+                (10, sum(range(i, 30, 3))) for i in range(3)]
 
 
 def test_a_big_result_leaves_the_later_chunks_to_spark_and_a_row_query_never_returns(
@@ -436,3 +450,25 @@ def test_arrow_safe_types_are_those_spark_reads_back_unchanged() -> None:
     for unsafe in (T.TimestampNTZType(), T.NullType(), T.DayTimeIntervalType(),
                    T.YearMonthIntervalType(), T.ArrayType(T.TimestampNTZType())):
         assert not io.arrow_safe(T.StructType([T.StructField("x", unsafe)])), unsafe
+
+
+def test_a_result_the_server_refuses_to_send_is_written_by_spark(
+    dq: Queue, spark_session: Any, tmp_path: Path
+) -> None:
+    """An aggregate whose result is over the server's spark.driver.maxResultSize (4 MiB on
+    the tests' server): Spark refuses to send it, the chunk lets Spark write its part, and the
+    job's later chunks go to Spark without asking."""
+    n = 400_000
+    src = tmp_path / "wide.parquet"
+    pq.write_table(pa.table({"id": pa.array(range(n), pa.int64()),
+                             "name": pa.array([f"name-{i:016d}" for i in range(n)])}),
+                   src, row_group_size=n // 4)
+    st = run_job(dq, spec_for(
+        tmp_path, src, sql="SELECT id, first(name) AS name, count(*) AS c FROM chunk GROUP BY id",
+        combine_sql="SELECT count(*) AS n, sum(c) AS c FROM parts", chunks=2))
+    assert written_by(st) == ["spark", "spark"]
+    assert jobs.records(dq).get(st.job_id, "parts_big") == "1"
+    assert st.manifest is not None
+    assert [c["rows_out"] for c in st.manifest["chunks"]] == [n // 2, n // 2]
+    out = spark_session.read.parquet(st.manifest["output"]).collect()
+    assert [(r.n, r.c) for r in out] == [(n, n)]
