@@ -23,7 +23,6 @@ from core.stack.redis_server import free_port
 from tests.pipeline_support import TEST_JAVA_OPTIONS, flights, jar_dir
 from tests.spark_cluster import start_jvm, wait_for
 
-
 RESULT_LIMIT = "4m"  # the test server's spark.driver.maxResultSize
 
 
