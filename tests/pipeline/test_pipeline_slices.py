@@ -262,6 +262,26 @@ def test_a_bad_row_group_range_or_a_missing_file_is_a_clear_error(
     assert "option slices must be a non-empty JSON list" in error_of(lambda: empty.load().columns)
 
 
+def test_a_file_written_again_is_read_again_not_from_the_footer_kept(
+    spark: Any, tmp_path: Path
+) -> None:
+    """The driver keeps the footers it read (a job's chunks read one file's), under the file's
+    length and modification time: a file written again, with other row groups, is read as it
+    is now, schema included."""
+    path = tmp_path / "again.parquet"
+    pq.write_table(pa.table({"x": list(range(30))}), path, row_group_size=10)
+    first = jvm.read_parquet_groups(spark, [(str(path), 1, 3)])
+    assert sorted(r.x for r in first.collect()) == list(range(10, 30))
+    assert sorted(r.x for r in jvm.read_parquet_groups(
+        spark, [(str(path), 0, 1)]).collect()) == list(range(10))  # the kept footer
+    pq.write_table(pa.table({"y": [f"v{i}" for i in range(40)]}), path, row_group_size=20)
+    again = jvm.read_parquet_groups(spark, [(str(path), 1, 2)])
+    assert again.columns == ["y"]
+    assert sorted(r.y for r in again.collect()) == sorted(f"v{i}" for i in range(20, 40))
+    assert "the file has 2 row groups" in error_of(
+        jvm.read_parquet_groups(spark, [(str(path), 1, 3)]).collect)
+
+
 # -- text ----------------------------------------------------------------------------------
 
 

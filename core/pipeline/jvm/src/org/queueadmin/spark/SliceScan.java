@@ -43,7 +43,8 @@ import org.queueadmin.spark.Slices.Slice;
 
 /**
  * The scan of one read, on the driver: keeps the columns Spark asks for, reads each Parquet
- * file's footer once to turn row-group slices into byte ranges, cuts big slices into partitions,
+ * file's footer (once, and kept for later reads of the file: {@link Footers}) to turn
+ * row-group slices into byte ranges, cuts big slices into partitions,
  * and ships the session's Hadoop configuration to the executors (a broadcast, as Spark's own
  * file sources do), so that the readers see the same settings as spark.read.parquet/text.
  *
@@ -196,7 +197,7 @@ final class SliceScan implements SupportsPushDownRequiredColumns, Scan, Batch {
       Map<Path, ParquetMetadata> footers) throws IOException {
     ParquetMetadata footer = footers.get(path);
     if (footer == null) {
-      footer = readFooter(path, conf);
+      footer = Footers.of(path, conf);
       footers.put(path, footer);
     }
     return footer;
@@ -327,7 +328,7 @@ final class SliceScan implements SupportsPushDownRequiredColumns, Scan, Batch {
   static StructType parquetSchema(Slice slice, Configuration conf, SQLConf sql)
       throws IOException {
     Path path = new Path(slice.path());
-    ParquetMetadata footer = readFooter(path, conf);
+    ParquetMetadata footer = Footers.of(path, conf);
     return ParquetFileFormat.readSchemaFromFooter(new Footer(path, footer),
         new ParquetToSparkSchemaConverter(sql));
   }
