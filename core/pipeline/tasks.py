@@ -405,7 +405,7 @@ def chunk(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext,
         tmp = io.temp_beside(target)
         target.parent.mkdir(parents=True, exist_ok=True)
         rows_out, written_by = _write_part(session, spec, statements, record, result, tmp,
-                                           ctx)
+                                           ctx, k)
         rows_in = int(known) if known is not None else None
         ctx.check()  # not cancelled, still ours: only then does the part replace the old one
         io.replace_dir(tmp, target)
@@ -425,15 +425,15 @@ RETURNED_BYTES = 32 * 1024 * 1024
 
 
 def _write_part(session: SparkSession, spec: JobSpec, statements: check.Statements,
-                record: dict[str, Any], result: DataFrame, tmp: Path,
-                ctx: TaskContext) -> tuple[int, str]:
-    """The chunk's part written in the new directory `tmp`: its rows, and who wrote it
-    ("worker" or "spark"). An aggregate's result
-    comes back to the worker over Arrow and is written here (_returned); otherwise Spark
-    writes it, and a Parquet part's rows are counted from its footers. Eight chunks of the
-    benchmark's 40M rows, two at a time from a script on the stack's server: 2.07 s this way,
-    2.29 s written by Spark and 2.52 s written by Spark with the rows counted by an
-    Observation, as before (medians of 8 rounds; plain job 1.62 s)."""
+                record: dict[str, Any], result: DataFrame, tmp: Path, ctx: TaskContext,
+                k: int) -> tuple[int, str]:
+    """Chunk k's part written in the new directory `tmp`: its rows, and who wrote it
+    ("worker" or "spark"). An aggregate's result comes back to the worker over Arrow and is
+    written here (_returned); otherwise Spark writes it, and a Parquet part's rows are
+    counted from its footers. Eight chunks of the benchmark's 40M rows, two at a time from a
+    script on the stack's server: 2.07 s this way, 2.29 s written by Spark and 2.52 s written
+    by Spark with the rows counted by an Observation, as before (medians of 8 rounds; plain
+    job 1.62 s)."""
     if _returns(session, spec, statements, record):
         table = _returned(spec, result, ctx)
         if table is not None:
@@ -445,7 +445,7 @@ def _write_part(session: SparkSession, spec: JobSpec, statements: check.Statemen
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
-    seen = Observation("rows")
+    seen = Observation(f"rows_{k}")
     io.write(result.observe(seen, F.count(F.lit(1)).alias("rows")), tmp, spec.parts_format,
              one_file=False)
     return int(seen.get["rows"]), "spark"
