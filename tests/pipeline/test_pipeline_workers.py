@@ -231,3 +231,33 @@ def test_a_dead_spark_server_gives_the_chunk_back_and_the_workers_wait_for_it(
     assert "takes tasks; no longer true after" in log.read_text()
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(30) == 0
+
+
+def test_cancel_stops_a_chunk_whose_result_comes_back_to_its_worker(
+    spawn_worker: Any, connect_url: str, live_queue: Queue, tmp_path: Path
+) -> None:
+    """A chunk of an aggregate fetches its result over Arrow (no Spark write: no temporary
+    folder for its part while it runs); a cancel interrupts that fetch as it does a write."""
+    data = tmp_path / "in.parquet"
+    flights(300).to_parquet(data, index=False)
+    endless = ("SELECT a.carrier, count(*) AS n FROM chunk a CROSS JOIN chunk b CROSS JOIN "
+               "chunk c CROSS JOIN chunk d CROSS JOIN chunk e GROUP BY a.carrier")
+    spec = make_spec(job_id="endless1", input=str(data), format="parquet",
+                     output=str(tmp_path / "out"), sql=endless,
+                     combine_sql="SELECT carrier, sum(n) AS n FROM parts GROUP BY carrier",
+                     chunks=1)
+    jobs.submit(live_queue, spec)
+    worker = start(spawn_worker, "w1")
+    wait_for(lambda: leased(live_queue, spec.job_id) and spec.part_dir(0).parent.is_dir(),
+             "the chunk to run")
+    time.sleep(2)  # well into its Spark job (300^5 rows: hours)
+    assert not list(spec.part_dir(0).parent.iterdir())  # no part being written by Spark
+    cancelled_at = time.monotonic()
+    live_queue.cancel(spec.job_id)
+    wait_for(lambda: "task stopped: request cancelled" in (tmp_path / "w1.log").read_text(),
+             "the chunk to stop", 20)
+    assert time.monotonic() - cancelled_at < 20
+    assert jobs.status(live_queue, spec.job_id).state == "cancelled"
+    assert not Path(spec.output).exists()
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(30) == 0
