@@ -395,7 +395,10 @@ def chunk(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext,
     with sparking(spec, payload, ctx) as session:
         # Its share of the cores for the whole query: a chunk read in one partition
         # aggregates in one task too.
-        spark.shuffle_into(session, _partitions_of(record))
+        partitions = _partitions_of(record)
+        spark.shuffle_into(session, partitions)
+        # Partitions fixed here and no --view to join: nothing for AQE to adapt.
+        spark.adaptive(session, partitions is None or bool(spec.views))
         df = chunk_frame(session, spec, read, record)
         # Known from the Parquet footers; a CSV or JSON chunk's rows are not counted (Spark
         # reports no observation made below the result of a write).
@@ -583,6 +586,7 @@ def combine(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext,
                 reader = session.read if schema is None else session.read.schema(schema)
                 parts = reader.parquet(*(str(d) for d in dirs))
             spark.shuffle_into(session, 1 if tiny else None)
+            spark.adaptive(session, True)  # a chunk on this slot may have turned it off
             query = spark.sql_over(session, statements.combine_sql.text,
                                    {"parts": parts, **io.view_frames(session, spec)})
             if spec.output_format == "parquet":  # counted from the footers

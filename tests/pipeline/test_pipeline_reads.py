@@ -332,6 +332,23 @@ def test_a_tiny_combine_shuffles_into_one_partition_and_gives_the_setting_back(
         spark.shuffle_into(spark_session, None)
 
 
+def test_adaptive_execution_is_turned_off_for_a_chunk_and_given_back(
+    spark_session: Any,
+) -> None:
+    key = spark.ADAPTIVE
+    before = spark_session.conf.get(key)
+    try:
+        spark.adaptive(spark_session, False)
+        assert spark_session.conf.get(key) == "false"
+        frame = spark_session.createDataFrame(pa.table({"k": [3, 1, 2, 1]}))
+        assert sorted((r.k, r["count"]) for r in frame.groupBy("k").count().collect()) == [
+            (1, 2), (2, 1), (3, 1)]
+        spark.adaptive(spark_session, True)
+        assert spark_session.conf.get(key) == before
+    finally:
+        spark.adaptive(spark_session, True)
+
+
 def test_sql_over_sends_its_views_with_the_query_and_leaves_no_temporary_view(
     spark_session: Any,
 ) -> None:
