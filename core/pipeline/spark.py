@@ -517,6 +517,24 @@ def is_connect(session: SparkSession) -> bool:
     return type(session).__module__.startswith("pyspark.sql.connect")
 
 
+def fetch_arrow(df: DataFrame) -> tuple[Any, Any]:
+    """`df`'s rows as an Arrow table, as toArrow() gives them, and its Spark schema, in one
+    round trip on Spark Connect: PySpark's toArrow() first asks the server for the schema (an
+    analysis of the whole plan, a round trip of its own), then runs the plan, whose reply
+    carries the schema anyway. Classic Spark, or a PySpark without that call: toArrow()."""
+    to_table = getattr(df, "_to_table", None) if is_connect(df.sparkSession) else None
+    if to_table is None:
+        return df.toArrow(), df.schema
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    table, schema = to_table()
+    if schema is None:  # not sent by this server: asked for, as toArrow() does
+        schema = df.schema
+    # toArrow()'s own conversion: Spark's types and names, timestamps in UTC.
+    return table.cast(to_arrow_schema(schema, error_on_duplicated_field_names_in_struct=True,
+                                      timezone="UTC")), schema
+
+
 def sql_over(session: SparkSession, text: str, views: dict[str, DataFrame]) -> DataFrame:
     """The query `text` over `views` (name -> frame). On Spark Connect, one plan that carries
     its views (PySpark's own plan for spark.sql() with DataFrame arguments), sent only with

@@ -477,7 +477,7 @@ def _returned(spec: JobSpec, result: DataFrame, ctx: TaskContext) -> Any:
     the server's spark.driver.maxResultSize). A result over RETURNED_ROWS or RETURNED_BYTES,
     or refused, marks the job so that its later chunks let Spark write their parts."""
     try:
-        table = result.toArrow()
+        table, _ = spark.fetch_arrow(result)
     except Exception as exc:
         if "maxResultSize" not in str(exc):
             raise
@@ -571,6 +571,7 @@ def combine(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext,
                            f"{missing[:10]}: the staging directory {spec.staging} was changed")
     staged_out = spec.staging / "out"
     shutil.rmtree(staged_out, ignore_errors=True)
+    output_by = "spark"  # or "worker": _combined_here
     with sparking(spec, payload, ctx) as session:
         spark.file_partitions(session, None)  # big parts: read by all cores
         if statements.combine_sql is not None:
@@ -589,7 +590,11 @@ def combine(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext,
             spark.adaptive(session, True)  # a chunk on this slot may have turned it off
             query = spark.sql_over(session, statements.combine_sql.text,
                                    {"parts": parts, **io.view_frames(session, spec)})
-            if spec.output_format == "parquet":  # counted from the footers
+            here = _combined_here(session, statements, query, staged_out) \
+                if tiny and spec.output_format == "parquet" else None
+            if here is not None:
+                rows_out, output_by = here, "worker"
+            elif spec.output_format == "parquet":  # counted from the footers
                 io.write(query, staged_out, spec.output_format)
                 rows_out = io.parquet_rows(staged_out)
             else:
@@ -615,7 +620,7 @@ def combine(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext,
         "chunks": [reports.get(k) for k in range(n)],
         "rows_in": None if any(r["rows_in"] is None for r in reports.values())
         else sum(int(r["rows_in"]) for r in reports.values()),
-        "rows_out": rows_out,
+        "rows_out": rows_out, "output_written_by": output_by,
         "chunk_seconds": round(sum(float(r["seconds"]) for r in reports.values()), 3),
         "combine_seconds": round(time.monotonic() - started, 3),
         "spark_version": version, "master": master,
@@ -629,6 +634,32 @@ def combine(spec: JobSpec, payload: dict[str, Any], ctx: TaskContext,
     log.info("combine job=%s chunks=%d rows_out=%d in %.2fs", spec.job_id, n, rows_out,
              manifest["combine_seconds"])
     return {"rows_out": rows_out}
+
+
+def _combined_here(session: SparkSession, statements: check.Statements, query: DataFrame,
+                   out: Path) -> int | None:
+    """The combine step's result fetched over Arrow and written here, as the Parquet output's
+    one file, when its SQL aggregates small parts on Spark Connect: its rows. None when it is
+    left to Spark's write (nothing written): another session, a query that does not
+    aggregate, a result the server refuses to send (spark.driver.maxResultSize), or one whose
+    columns Spark would not read back as it writes them (io.arrow_safe) or would refuse to
+    write (a name twice). Spark's write of 185 rows costs a job of its own with its commit:
+    the combine of eight such parts, from a script on the stack's server, took 0.13 s fetched
+    this way against 0.19 s written by Spark (medians of 10 rounds)."""
+    assert statements.combine_sql is not None
+    if not (spark.is_connect(session) and statements.combine_sql.aggregates):
+        return None
+    try:
+        table, schema = spark.fetch_arrow(query)
+    except Exception as exc:
+        if "maxResultSize" not in str(exc):
+            raise
+        return None
+    names = [f.name.lower() for f in schema.fields]
+    if not io.arrow_safe(schema) or len(set(names)) < len(names) or "" in names:
+        return None
+    io.write_arrow(table, out)
+    return int(table.num_rows)
 
 
 def _replace_output(spec: JobSpec, out: Path) -> None:

@@ -430,6 +430,56 @@ def test_an_aggregate_comes_back_to_its_worker_and_gives_what_spark_writes(
                 (10, sum(range(i, 30, 3))) for i in range(3)]
 
 
+def test_a_small_combine_comes_back_to_its_worker_and_gives_what_spark_writes(
+    dq: Queue, spark_session: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The combine step of small parts, whose SQL aggregates, is fetched over Arrow and its
+    worker writes the output's one Parquet file: the same columns, types (every type
+    footer_frame() knows, nulls, nested columns) and rows in the same order as Spark's write.
+    A combine that does not aggregate, a column Arrow would change, a name twice, or an output
+    in another format is left to Spark (which refuses the name twice, as it always did)."""
+    from core.pipeline import tasks
+
+    src = typed_input(tmp_path)
+    ordered = TYPED_COMBINE + " ORDER BY total DESC"
+
+    def job(name: str, combine: str = ordered, **kw: Any) -> jobs.JobStatus:
+        return run_job(dq, spec_for(tmp_path, src, sql=TYPED_SQL, combine_sql=combine,
+                                    chunks=2, output=str(tmp_path / name), **kw))
+
+    def output_by(st: jobs.JobStatus) -> str:
+        assert st.state == "done", st.failures
+        assert st.manifest is not None
+        return str(st.manifest["output_written_by"])
+
+    here = job("here")
+    assert output_by(here) == "worker"
+    assert here.manifest is not None and here.manifest["rows_out"] == 3
+    assert [p.name for p in io.data_files(tmp_path / "here")] == ["part-00000.snappy.parquet"]
+    monkeypatch.setattr(tasks, "_combined_here", lambda *args: None)
+    by_spark = job("by-spark")
+    monkeypatch.undo()
+    assert output_by(by_spark) == "spark"
+    got = spark_session.read.parquet(str(tmp_path / "here"))
+    want = spark_session.read.parquet(str(tmp_path / "by-spark"))
+    assert got.schema == want.schema
+    assert got.collect() == want.collect()  # in the ORDER BY's order
+    assert [r.total for r in got.collect()] == sorted(
+        (sum(range(i, 120, 3)) for i in range(3)), reverse=True)
+
+    rows = job("rows", "SELECT s, n FROM parts")
+    ntz = job("ntz", "SELECT max(to_timestamp_ntz(ts)) AS t, sum(n) AS n FROM parts")
+    csv = job("csv", "SELECT sum(n) AS n FROM parts", output_format="csv")
+    for st in (rows, ntz, csv):
+        assert output_by(st) == "spark"
+    ntz_row = spark_session.read.parquet(str(tmp_path / "ntz")).collect()
+    assert [r.n for r in ntz_row] == [120]
+    twice = job("twice", "SELECT sum(n) AS n, sum(total) AS N FROM parts")
+    assert twice.state == "failed"
+    assert "already exists" in " ".join(twice.failures), twice.failures
+    assert not (tmp_path / "twice").exists()
+
+
 def test_a_big_result_leaves_the_later_chunks_to_spark_and_a_row_query_never_returns(
     dq: Queue, spark_session: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -454,6 +504,17 @@ def test_a_big_result_leaves_the_later_chunks_to_spark_and_a_row_query_never_ret
     assert written_by(alone) == ["spark", "spark"]
     assert alone.manifest is not None and alone.manifest["rows_out"] == 6
     assert spark_session.read.parquet(str(tmp_path / "alone")).count() == 6
+
+
+def test_fetch_arrow_gives_what_to_arrow_gives_with_the_schema(spark_session: Any) -> None:
+    """One round trip on Spark Connect (no schema asked first), the same table as toArrow():
+    every type footer_frame() knows, nulls, nested columns; an empty result too."""
+    frame = spark_session.createDataFrame(typed_table())
+    for df in (frame, frame.where("false")):
+        table, schema = spark.fetch_arrow(df)
+        assert schema == df.schema
+        assert table.equals(df.toArrow())
+    assert spark.fetch_arrow(frame)[0].num_rows == 3
 
 
 def test_arrow_safe_types_are_those_spark_reads_back_unchanged() -> None:
