@@ -156,8 +156,9 @@ def parquet_rows(directory: Path) -> int:
 
 
 def write_arrow(table: Any, directory: Path) -> None:
-    """An Arrow table as the one Parquet file of the new directory `directory` (a chunk's
-    part that came back to its worker; Spark reads it as the parts' schema says)."""
+    """An Arrow table as the one Parquet file of the new directory `directory`: a chunk's
+    part that came back to its worker (the combine reads it as the parts' schema says), or a
+    small combine's output (tasks._combined_here)."""
     import pyarrow.parquet as pq
 
     directory.mkdir()

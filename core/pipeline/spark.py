@@ -517,11 +517,17 @@ def is_connect(session: SparkSession) -> bool:
     return type(session).__module__.startswith("pyspark.sql.connect")
 
 
+class NotArrow(PipelineError):
+    """A result that Arrow cannot carry as Spark gives it (a struct with a field name twice):
+    it ran, but its rows must come another way (Spark's write)."""
+
+
 def fetch_arrow(df: DataFrame) -> tuple[Any, Any]:
     """`df`'s rows as an Arrow table, as toArrow() gives them, and its Spark schema, in one
     round trip on Spark Connect: PySpark's toArrow() first asks the server for the schema (an
     analysis of the whole plan, a round trip of its own), then runs the plan, whose reply
-    carries the schema anyway. Classic Spark, or a PySpark without that call: toArrow()."""
+    carries the schema anyway. Classic Spark, or a PySpark without that call: toArrow().
+    NotArrow: the result holds what Arrow cannot carry (toArrow() would fail the same way)."""
     to_table = getattr(df, "_to_table", None) if is_connect(df.sparkSession) else None
     if to_table is None:
         return df.toArrow(), df.schema
@@ -530,9 +536,12 @@ def fetch_arrow(df: DataFrame) -> tuple[Any, Any]:
     table, schema = to_table()
     if schema is None:  # not sent by this server: asked for, as toArrow() does
         schema = df.schema
-    # toArrow()'s own conversion: Spark's types and names, timestamps in UTC.
-    return table.cast(to_arrow_schema(schema, error_on_duplicated_field_names_in_struct=True,
-                                      timezone="UTC")), schema
+    try:  # toArrow()'s own conversion: Spark's types and names, timestamps in UTC
+        arrow = to_arrow_schema(schema, error_on_duplicated_field_names_in_struct=True,
+                                timezone="UTC")
+    except Exception as exc:  # e.g. PySpark's UnsupportedOperationException
+        raise NotArrow(str(exc)) from exc
+    return table.cast(arrow), schema
 
 
 def sql_over(session: SparkSession, text: str, views: dict[str, DataFrame]) -> DataFrame:

@@ -474,6 +474,11 @@ def test_a_small_combine_comes_back_to_its_worker_and_gives_what_spark_writes(
         assert output_by(st) == "spark"
     ntz_row = spark_session.read.parquet(str(tmp_path / "ntz")).collect()
     assert [r.n for r in ntz_row] == [120]
+    # A struct with a field name twice: Arrow cannot carry it (toArrow() fails), Spark writes
+    # it (and would not read it back: its reader refuses the name twice).
+    nested = job("nested", "SELECT named_struct('a', sum(n), 'a', sum(total)) AS s FROM parts")
+    assert output_by(nested) == "spark"
+    assert nested.manifest is not None and nested.manifest["rows_out"] == 1
     twice = job("twice", "SELECT sum(n) AS n, sum(total) AS N FROM parts")
     assert twice.state == "failed"
     assert "already exists" in " ".join(twice.failures), twice.failures
@@ -508,13 +513,16 @@ def test_a_big_result_leaves_the_later_chunks_to_spark_and_a_row_query_never_ret
 
 def test_fetch_arrow_gives_what_to_arrow_gives_with_the_schema(spark_session: Any) -> None:
     """One round trip on Spark Connect (no schema asked first), the same table as toArrow():
-    every type footer_frame() knows, nulls, nested columns; an empty result too."""
+    every type footer_frame() knows, nulls, nested columns; an empty result too. What Arrow
+    cannot carry raises NotArrow, for the caller to let Spark write it."""
     frame = spark_session.createDataFrame(typed_table())
     for df in (frame, frame.where("false")):
         table, schema = spark.fetch_arrow(df)
         assert schema == df.schema
         assert table.equals(df.toArrow())
     assert spark.fetch_arrow(frame)[0].num_rows == 3
+    with pytest.raises(spark.NotArrow, match="a"):  # toArrow() fails on it too
+        spark.fetch_arrow(spark_session.sql("SELECT named_struct('a', 1, 'a', 2) AS s"))
 
 
 def test_arrow_safe_types_are_those_spark_reads_back_unchanged() -> None:
