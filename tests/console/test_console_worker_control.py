@@ -158,7 +158,10 @@ def test_an_admins_quiet_reaches_a_real_worker_within_a_heartbeat(
     wait_until: Any, prefix: str,
 ) -> None:
     spawn_worker("w-real", "--dead-after", "1")
-    wait_until(lambda: introspect.worker(live_queue, "w-real"), 15, "the worker to register")
+    # Its heartbeat registers the worker, then its queue's name (for the console's queue list).
+    wait_until(lambda: introspect.worker(live_queue, "w-real") is not None
+               and "q" in introspect.queues(live_queue.redis, prefix=prefix), 15,
+               "the worker and its queue to register")
     page = admin.get("/workers/?queue=q").content.decode()
     response = admin.post("/actions/worker-quiet/", {
         "queue": "q", "worker": "w-real", "nonce": field(page, "nonce"),
