@@ -238,6 +238,9 @@ def test_sigint_to_the_supervisor_releases_running_tasks_before_redis_stops(
     queue = Queue.from_url(url, "default", prefix="st")
     sub = queue.submit([{"seconds": 60}], handler="sleep", max_attempts=1)
     until(lambda: introspect.stats(queue).leased == 1)
+    # Running in a slot, not only leased: a task handed to the idle worker is leased before a
+    # slot takes it, and a stop then gives it back as not taken (no "released" line).
+    until(lambda: any(w.info.get("running") == 1 for w in introspect.workers(queue).items))
     queue.redis.close()
 
     stack.process.send_signal(signal.SIGINT)
