@@ -518,8 +518,9 @@ def is_connect(session: SparkSession) -> bool:
 
 
 class NotArrow(PipelineError):
-    """A result that Arrow cannot carry as Spark gives it (a struct with a field name twice):
-    it ran, but its rows must come another way (Spark's write)."""
+    """A result that cannot come back over Arrow: more than the server sends
+    (spark.driver.maxResultSize), or what Arrow cannot carry as Spark gives it (a struct with
+    a field name twice). Its rows must come another way (Spark's write)."""
 
 
 def fetch_arrow(df: DataFrame) -> tuple[Any, Any]:
@@ -527,13 +528,18 @@ def fetch_arrow(df: DataFrame) -> tuple[Any, Any]:
     round trip on Spark Connect: PySpark's toArrow() first asks the server for the schema (an
     analysis of the whole plan, a round trip of its own), then runs the plan, whose reply
     carries the schema anyway. Classic Spark, or a PySpark without that call: toArrow().
-    NotArrow: the result holds what Arrow cannot carry (toArrow() would fail the same way)."""
+    NotArrow: the result cannot come this way (toArrow() would fail the same way)."""
     to_table = getattr(df, "_to_table", None) if is_connect(df.sparkSession) else None
-    if to_table is None:
-        return df.toArrow(), df.schema
+    try:
+        if to_table is None:
+            return df.toArrow(), df.schema
+        table, schema = to_table()
+    except Exception as exc:
+        if "maxResultSize" in str(exc):  # the server refused to send that much
+            raise NotArrow(str(exc)) from exc
+        raise
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    table, schema = to_table()
     if schema is None:  # not sent by this server: asked for, as toArrow() does
         schema = df.schema
     try:  # toArrow()'s own conversion: Spark's types and names, timestamps in UTC

@@ -473,17 +473,13 @@ def _returns(session: SparkSession, spec: JobSpec, statements: check.Statements,
 
 
 def _returned(spec: JobSpec, result: DataFrame, ctx: TaskContext) -> Any:
-    """The chunk's result as an Arrow table, or None when Spark refused to send it (more than
-    the server's spark.driver.maxResultSize) or Arrow cannot carry it (spark.NotArrow). A
-    result over RETURNED_ROWS or RETURNED_BYTES, or none, marks the job so that its later
-    chunks let Spark write their parts."""
+    """The chunk's result as an Arrow table, or None when it cannot come back that way
+    (spark.NotArrow: more than the server's spark.driver.maxResultSize, or what Arrow cannot
+    carry). A result over RETURNED_ROWS or RETURNED_BYTES, or none, marks the job so that its
+    later chunks let Spark write their parts."""
     try:
         table, _ = spark.fetch_arrow(result)
     except spark.NotArrow:
-        table = None
-    except Exception as exc:
-        if "maxResultSize" not in str(exc):
-            raise
         table = None
     if table is None or table.num_rows > RETURNED_ROWS or table.nbytes > RETURNED_BYTES:
         jobs.records(ctx.queue).put(spec.job_id, {"parts_big": "1"})
@@ -644,8 +640,7 @@ def _combined_here(session: SparkSession, statements: check.Statements, query: D
     """The combine step's result fetched over Arrow and written here, as the Parquet output's
     one file, when its SQL aggregates small parts on Spark Connect: its rows. None when it is
     left to Spark's write (nothing written): another session, a query that does not
-    aggregate, a result the server refuses to send (spark.driver.maxResultSize) or Arrow
-    cannot carry (spark.NotArrow), or one whose
+    aggregate, a result that cannot come back over Arrow (spark.NotArrow), or one whose
     columns Spark would not read back as it writes them (io.arrow_safe) or would refuse to
     write (a name twice). Spark's write of 185 rows costs a job of its own with its commit:
     the combine of eight such parts, from a script on the stack's server, took 0.13 s fetched
@@ -656,10 +651,6 @@ def _combined_here(session: SparkSession, statements: check.Statements, query: D
     try:
         table, schema = spark.fetch_arrow(query)
     except spark.NotArrow:
-        return None
-    except Exception as exc:
-        if "maxResultSize" not in str(exc):
-            raise
         return None
     names = [f.name.lower() for f in schema.fields]
     if not io.arrow_safe(schema) or len(set(names)) < len(names) or "" in names:
