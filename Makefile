@@ -1,6 +1,7 @@
 # make run   the whole stack on this machine: redis-server, database, admin user, console
-# make test  system packages + venv + lint + the full test suite (its database tests also on
-#            PostgreSQL when TEST_POSTGRES_URL is set)
+# make test       system packages + venv + lint + the full test suite (its database tests also
+#                 on PostgreSQL when TEST_POSTGRES_URL is set)
+# make test-fast  the same less the slow, Spark and browser tests: about 2 minutes
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
@@ -15,13 +16,14 @@ PYTEST_WORKERS ?= 2
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 APT := DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get
 
-.PHONY: help venv install system-deps run test test-fast lint clean
+.PHONY: help venv install system-deps run test test-fast lint bench-quick clean
 
 help:
 	@echo "make run        start redis-server, migrate, admin user, console on http://127.0.0.1:8000/"
 	@echo "make test       system packages, venv, lint (ruff, mypy), the whole test suite"
-	@echo "make test-fast  the same without tests marked slow"
+	@echo "make test-fast  the same without the slow, Spark and browser tests (about 2 min)"
 	@echo "make lint       ruff check . and mypy"
+	@echo "make bench-quick  the queue engine's hot path in under a minute: run before a change to it lands"
 	@echo "make clean      caches, build files and collected static files (keeps var/ data, .venv)"
 
 venv: $(PY)
@@ -89,9 +91,20 @@ test: system-deps install lint
 	$(call pytest,)
 	$(call pytest_postgres,django_db and not spark)
 
+# Spark and browser tests are marked slow too (tests/conftest.py marks them from their fixtures):
+# named here as well, so that the target says what it leaves out.
+FAST := not slow and not spark and not browser
+
 test-fast: system-deps install lint
-	$(call pytest,-m "not slow")
-	$(call pytest_postgres,django_db and not slow and not spark)
+	$(call pytest,-m "$(FAST)")
+	$(call pytest_postgres,django_db and $(FAST))
+
+# The queue benchmark's check for a change to the hot path (core/queue/lua, consume.py, produce.py,
+# core/worker): small counts, fsync everysec, under a minute. Compare its CPU and commands per
+# task with the last figures in docs/performance.md (The queue engine: the quick check): unlike
+# the rates, they hold when other processes share the machine.
+bench-quick: install
+	$(PY) bench/bench_queue.py --quick
 
 clean:
 	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis build *.egg-info var/static

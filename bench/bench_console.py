@@ -43,7 +43,7 @@ QUEUE = "bench"  # no worker of the stack serves it: the waiting tasks stay wait
 MESSAGES = (
     "row {n} has {m} columns, expected 12",
     "missing key 'col_{n}' in record {hex}",
-    "upstream {host}:{n} did not answer within {m} ms",
+    "upstream {host} port {n} did not answer within {m} ms",
     "file /data/part-{n}.parquet is corrupt at offset {m}",
     "partition {n} of job {uuid} was lost",
     "quota exceeded for tenant t{m}: {n} > 1000",
@@ -111,11 +111,10 @@ class Stack:
 
 
 def seed_redis(stack: Stack, scale: float) -> dict[str, Any]:
-    import redis
-
     from core.queue import Queue
+    from core.queue.connect import connect
 
-    client = redis.Redis.from_url(stack.redis_url, decode_responses=True)
+    client = connect(stack.redis_url, cluster=False)
     q = Queue(client, QUEUE, prefix="qa")
     big = int(1_000_000 * scale)
     started = time.perf_counter()
@@ -160,11 +159,10 @@ def seed_redis(stack: Stack, scale: float) -> dict[str, Any]:
 
 
 def seed_workers(stack: Stack, n: int = 50) -> None:
-    import redis
-
     from core.queue import Queue
+    from core.queue.connect import connect
 
-    client = redis.Redis.from_url(stack.redis_url, decode_responses=True)
+    client = connect(stack.redis_url, cluster=False)
     q = Queue(client, QUEUE, prefix="qa")
     for i in range(n):
         info = {"host": f"node-{i // 4}", "pid": str(1000 + i), "queues": QUEUE, "slots": "4"}
@@ -285,7 +283,8 @@ def main() -> None:
     django.setup()
     stack.start()
     try:
-        import redis
+        from core.queue import read
+        from core.queue.connect import connect
 
         out: dict[str, Any] = {"scale": scale}
         out |= seed_redis(stack, scale)
@@ -298,16 +297,16 @@ def main() -> None:
             "fingerprint", flat=True
         )[0]
         cookie = session_cookie()
-        client = redis.Redis.from_url(stack.redis_url, decode_responses=True)
+        client = connect(stack.redis_url, cluster=False)
         results: dict[str, dict[str, Any]] = {}
         for name, path in pages(fingerprint):
             measure(stack, cookie, path, 3)  # warm up
             results[name] = measure(stack, cookie, path, args.requests_per_page)
         # Redis commands of one overview poll, its cache cold (it waits the cache out first).
         time.sleep(1.5)
-        before = sum(int(v["calls"]) for v in client.info("commandstats").values())
+        before = sum(calls for calls, _ in read.command_stats(client).values())
         measure(stack, cookie, f"/?queue={QUEUE}", 1)
-        after = sum(int(v["calls"]) for v in client.info("commandstats").values())
+        after = sum(calls for calls, _ in read.command_stats(client).values())
         out["overview_poll_redis_commands"] = after - before - 1  # minus our own INFO
         out["pages"] = results
         out["worst_p95_ms"] = max(r["p95_ms"] for r in results.values())

@@ -29,25 +29,20 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import redis
 from rich.console import Console
 from rich.table import Table
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from core.queue import Queue  # noqa: E402
+from core.queue import Queue, read  # noqa: E402
 from core.queue.client import wait_for_any  # noqa: E402
+from core.queue.connect import connect  # noqa: E402
 from core.stack.redis_server import start_redis  # noqa: E402
 
 TARGET_LATE_MS = 1000  # due within 1 s of its time
 PROBES = 500
 PROBE_SPAN_MS = 10_000
-
-
-def now_ms(client: redis.Redis) -> int:
-    sec, usec = client.time()
-    return int(sec) * 1000 + int(usec) // 1000
 
 
 def worker(url: str, name: str, stop_at: float, out: Any) -> None:
@@ -96,7 +91,7 @@ def pct(values: list[int], p: float) -> int:
     return s[min(len(s) - 1, int(p * len(s)))] if s else -1
 
 
-def submit_scheduled(q: Queue, client: redis.Redis, n: int, due_of: Any) -> float:
+def submit_scheduled(q: Queue, n: int, due_of: Any) -> float:
     """n one-task requests, each due at due_of(i) (ms); returns submits per second."""
     t0 = time.perf_counter()
     for i in range(n):
@@ -110,20 +105,20 @@ def backlog(n: int, workers: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         server = start_redis(Path(tmp), appendonly=True, fsync="everysec")
         try:
-            client = redis.Redis.from_url(server.url, decode_responses=True)
+            client = connect(server.url, cluster=False)
             q = Queue(client, "bench")
-            far = now_ms(client) + 3 * 3_600_000
-            rate = submit_scheduled(q, client, n, lambda i: far + i)
+            far = q.now_ms() + 3 * 3_600_000
+            rate = submit_scheduled(q, n, lambda i: far + i)
             procs, out, _ = run_workers(server.url, workers, PROBE_SPAN_MS / 1000 + 6)
             time.sleep(1.0)  # the workers idle, blocked on handoff + wake
-            start = now_ms(client) + 1000
+            start = q.now_ms() + 1000
             step = PROBE_SPAN_MS // PROBES
             for i in range(PROBES):
                 due = start + i * step
                 q.submit([{"due": due}], handler="noop",
                          run_at=datetime.fromtimestamp(due / 1000, UTC))
             late = collect(procs, out)
-            left = q.redis.zcard(q.keys.scheduled)
+            left = read.stats(q).scheduled
         finally:
             server.stop()
     return {"scheduled": n, "submit_delayed_per_s": round(rate), "probes": len(late),
@@ -135,16 +130,16 @@ def burst(n: int, workers: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         server = start_redis(Path(tmp), appendonly=True, fsync="everysec")
         try:
-            client = redis.Redis.from_url(server.url, decode_responses=True)
+            client = connect(server.url, cluster=False)
             q = Queue(client, "bench")
             # All due at one instant once they are all in: the submit rate, measured on
             # another queue of the same server, says how long that takes.
             warm = Queue(client, "warm")
-            far = now_ms(client) + 3_600_000
-            warm_rate = submit_scheduled(warm, client, 2000, lambda i: far)
-            due = now_ms(client) + int(n / warm_rate * 1300) + 2000
-            rate = submit_scheduled(q, client, n, lambda i: due)
-            wait = max((due - now_ms(client)) / 1000, 0) + 30
+            far = q.now_ms() + 3_600_000
+            warm_rate = submit_scheduled(warm, 2000, lambda i: far)
+            due = q.now_ms() + int(n / warm_rate * 1300) + 2000
+            rate = submit_scheduled(q, n, lambda i: due)
+            wait = max((due - q.now_ms()) / 1000, 0) + 30
             procs, out, _ = run_workers(server.url, workers, wait)
             late = collect(procs, out)
         finally:
@@ -156,24 +151,24 @@ def burst(n: int, workers: int) -> dict[str, Any]:
 
 
 def idle_cost(n: int) -> dict[str, Any]:
-    def per_call(client: redis.Redis, q: Queue, calls: int = 2000) -> float:
-        before = client.info("commandstats")
+    def per_call(client: Any, q: Queue, calls: int = 2000) -> float:
+        before = read.command_stats(client)
         for _ in range(calls):
             q.ack_and_dequeue("idle", 1)
-        after = client.info("commandstats")
-        inner = sum(int(v["calls"]) - int(before.get(k, {"calls": 0})["calls"])
-                    for k, v in after.items() if k not in ("cmdstat_fcall", "cmdstat_info"))
+        after = read.command_stats(client)
+        inner = sum(n - before.get(k, (0, 0))[0]
+                    for k, (n, _) in after.items() if k not in ("fcall", "info"))
         return inner / calls
 
     with tempfile.TemporaryDirectory() as tmp:
         server = start_redis(Path(tmp), appendonly=True, fsync="everysec")
         try:
-            client = redis.Redis.from_url(server.url, decode_responses=True)
+            client = connect(server.url, cluster=False)
             q = Queue(client, "bench")
             q.prepare()
             none = per_call(client, q)
-            far = now_ms(client) + 3 * 3_600_000
-            submit_scheduled(q, client, n, lambda i: far + i)
+            far = q.now_ms() + 3 * 3_600_000
+            submit_scheduled(q, n, lambda i: far + i)
             with_n = per_call(client, q)
         finally:
             server.stop()

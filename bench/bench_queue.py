@@ -23,11 +23,11 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import redis
 from rich.console import Console
 from rich.table import Table
 
@@ -37,20 +37,27 @@ sys.path.insert(0, str(ROOT))
 from bench.peers import (  # noqa: E402
     HAVE_HUEY,
     HAVE_RQ,
+    huey_clear_samples,
     huey_latency_task,
+    huey_sample_count,
+    huey_samples,
     make_huey,
     make_rq,
     noop,
 )
-from core.queue import Queue, introspect  # noqa: E402
+from core.queue import Queue, UnknownHandlerWarning, read  # noqa: E402
+from core.queue.connect import Client, connect  # noqa: E402
 from core.queue.metrics import Tally  # noqa: E402
 from core.stack.redis_server import RedisServer, start_redis  # noqa: E402
 
 TARGETS = {
     "single_submits_per_s": "≥ huey",
-    "one_task_requests_per_s_1_worker": 20_000,
-    "enqueue_tasks_per_s": 250_000,
-    "noop_tasks_per_s_1_worker": 25_000,
+    # Issue 37's (item 3), on a quiet 2-core machine.
+    "one_task_requests_per_s_1_worker": 30_000,
+    "enqueue_tasks_per_s": 400_000,
+    "noop_tasks_per_s_1_worker": 80_000,
+    "one_task_requests_per_s_1_worker_spread_pct": 10.0,
+    "noop_tasks_per_s_1_worker_spread_pct": 10.0,
     "backlog_flatness": 0.8,
     "latency_p50_ms": "≤ huey",
     "latency_p99_ms": 1.0,
@@ -61,8 +68,8 @@ TARGETS = {
     "metrics_ack_batch64_us_per_task_added": 2.0,
     "metrics_ack_batch1_us_per_task_added": 2.0,
 }
-LOWER_IS_BETTER = ("latency", "round_trips", "_us")
-MEASURES = ("single", "one_task", "enqueue", "noop", "backlog", "latency", "metrics")
+LOWER_IS_BETTER = ("latency", "round_trips", "_us", "spread")
+MEASURES = ("single", "one_task", "enqueue", "noop", "backlog", "latency", "metrics", "tracing")
 
 
 def start_workers(
@@ -97,20 +104,12 @@ def start_workers(
     ]
 
 
-def wait_until(cond: Any, timeout: float, what: str) -> None:
+def wait_until(cond: Any, timeout: float, what: str, every: float = 0.001) -> None:
     deadline = time.monotonic() + timeout
     while not cond():
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out waiting for {what}")
-        time.sleep(0.001)
-
-
-def command_stats(client: redis.Redis) -> dict[str, tuple[int, int]]:
-    """Per command: (calls, microseconds spent in Redis) so far."""
-    return {
-        k.removeprefix("cmdstat_"): (int(v["calls"]), int(v["usec"]))
-        for k, v in client.info("commandstats").items()
-    }
+        time.sleep(every)
 
 
 def redis_us_per_call(
@@ -121,46 +120,43 @@ def redis_us_per_call(
     return round(usec / calls, 1) if calls else 0.0
 
 
-def top_level_calls(client: redis.Redis) -> int:
-    """FCALL (EVALSHA before the engine was a Functions library) + BLPOP calls so far:
-    commands a client sends itself (scripts cannot send them), so their count is the
-    clients' round trips on the hot path."""
-    stats = command_stats(client)
-    return sum(stats.get(c, (0, 0))[0] for c in ("fcall", "evalsha", "blpop"))
-
-
 def bench_single_submits(
-    server: RedisServer, client: redis.Redis, prefix: str, n: int = 5000, rounds: int = 3
+    server: RedisServer, client: Client, prefix: str, n: int = 5000, rounds: int = 3,
+    peers: bool = True,
 ) -> dict[str, Any]:
     """One producer making `n` one-task submits in a row, ours and each peer's in turns on
-    the same redis-server; the median of `rounds` turns each."""
+    the same redis-server; the median of `rounds` turns each. The producer's CPU per submit
+    (this process's, which the load disturbs less than the rate) beside the rate."""
     q = Queue(client, "single", prefix=prefix)
     contenders: dict[str, Any] = {
         "ours": lambda i: q.submit([{"n": i}], handler="noop"),
     }
     commands = {"ours": ("fcall", "evalsha"), "huey": ("lpush",), "rq": ("multi", "hset", "rpush")}
-    if HAVE_HUEY:
+    if HAVE_HUEY and peers:
         huey, task = make_huey(server.url)
         contenders["huey"] = lambda i: task({"n": i})
-    if HAVE_RQ:
+    if HAVE_RQ and peers:
         rq_queue = make_rq(server.url)
         contenders["rq"] = lambda i: rq_queue.enqueue(noop, {"n": i})
     rates: dict[str, list[float]] = {name: [] for name in contenders}
     redis_us: dict[str, list[float]] = {name: [] for name in contenders}
+    cpu_us: dict[str, list[float]] = {name: [] for name in contenders}
     for submit in contenders.values():
         for i in range(200):  # warm up: imports, connections, the engine's library
             submit(i)
     for _ in range(rounds):
         for name, submit in contenders.items():
-            before = command_stats(client)
-            started = time.perf_counter()
+            before = read.command_stats(client)
+            started, cpu = time.perf_counter(), time.process_time()
             for i in range(n):
                 submit(i)
             rates[name].append(n / (time.perf_counter() - started))
-            redis_us[name].append(redis_us_per_call(before, command_stats(client), commands[name]))
-    if HAVE_HUEY:
+            cpu_us[name].append((time.process_time() - cpu) * 1e6 / n)
+            after = read.command_stats(client)
+            redis_us[name].append(redis_us_per_call(before, after, commands[name]))
+    if "huey" in contenders:
         huey.flush()
-    if HAVE_RQ:
+    if "rq" in contenders:
         rq_queue.empty()
     out: dict[str, Any] = {}
     for name in contenders:
@@ -168,11 +164,12 @@ def bench_single_submits(
         out[f"single_submits_per_s{suffix}"] = round(statistics.median(rates[name]))
         out[f"single_submit_runs{suffix}"] = [round(r) for r in rates[name]]
     out["single_submit_redis_us"] = statistics.median(redis_us["ours"])
+    out["single_submit_client_cpu_us"] = round(statistics.median(cpu_us["ours"]), 1)
     return out
 
 
 def bench_enqueue(
-    client: redis.Redis, prefix: str, batch: int = 20_000, repeats: int = 7
+    client: Client, prefix: str, batch: int = 20_000, repeats: int = 7
 ) -> dict[str, Any]:
     q = Queue(client, "enqueue", prefix=prefix)
     payloads = [
@@ -191,45 +188,98 @@ def bench_enqueue(
     }
 
 
-def redis_cpu_s(client: redis.Redis) -> float:
-    """CPU seconds redis-server's main thread has used so far (user + system): scripts,
-    commands, the append-only file's writes and the network, which command stats leave out."""
-    cpu = client.info("cpu")
-    return float(cpu["used_cpu_user_main_thread"]) + float(cpu["used_cpu_sys_main_thread"])
-
-
 @dataclass
 class Run:
-    """What burst workers did between the first ack and the last."""
+    """What burst workers did between the first ack and the last: the rate, and what the
+    tasks cost in units a busy machine disturbs little (CPU time and commands, not time)."""
 
     elapsed: float  # seconds
     tasks: int  # tasks done in that time
-    calls: int  # clients' round trips on the hot path (top_level_calls())
-    redis_cpu_us: float  # redis-server's main-thread CPU time (redis_cpu_s())
-    script_us: int  # time inside the engine's functions (FCALL), as Redis counts it
+    calls: int  # clients' round trips on the hot path: FCALL and BLPOP (scripts send none)
+    redis_cpu_us: float  # redis-server's main-thread CPU time (read.cpu_seconds())
+    script_us: int  # time inside the engine's functions (FCALL), as Redis counts it (wall)
+    worker_cpu_us: float  # the workers' CPU, their heartbeat processes' included
+    commands: int  # commands Redis ran for them, those the engine's scripts send included
 
     def per_task(self, us: float) -> float:
         return round(us / self.tasks, 1)
 
+    def costs(self, prefix: str) -> dict[str, float]:
+        """The load-robust figures per task: on a quiet 2-core machine the rate is about
+        1e6 / max(worker CPU, Redis CPU) per task (the two run on their own cores)."""
+        return {
+            f"{prefix}worker_cpu_us_per_task": round(self.worker_cpu_us / self.tasks, 2),
+            f"{prefix}redis_cpu_us_per_task": round(self.redis_cpu_us / self.tasks, 2),
+            f"{prefix}fcall_us_per_task": round(self.script_us / self.tasks, 2),
+            f"{prefix}commands_per_task": round(self.commands / self.tasks, 2),
+        }
+
+
+# Commands the bench itself sends while workers run (its polls and reads), not counted as the
+# tasks' commands; the engine's scripts send none of these but HGETALL, and the polls'
+# HGETALLs are counted and taken off.
+BENCH_COMMANDS = ("info", "fcall", "evalsha", "pipeline", "multi", "exec", "ping", "client",
+                  "hello", "function")
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a live (or not yet waited) process and its descendants
+    (a worker's heartbeat process), read from /proc: 10 ms ticks."""
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += sum(int(x) for x in fields[11:15]) / _TICK  # utime stime cutime cstime
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return total
+
+
+def engine_commands(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]],
+                    polls: int) -> int:
+    """Commands Redis ran between two command_stats() reads, those scripts send included,
+    less the bench's own (BENCH_COMMANDS, and one HGETALL per poll)."""
+    n = sum(calls - before.get(c, (0, 0))[0] for c, (calls, _) in after.items()
+            if c not in BENCH_COMMANDS)
+    return n - polls
+
 
 def run_workers(
-    server: RedisServer, client: redis.Redis, q: Queue, tasks: int, workers: int,
+    server: RedisServer, client: Client, q: Queue, tasks: int, workers: int,
     *extra: str, env_extra: dict[str, str] | None = None,
 ) -> Run:
-    """Run `workers` burst workers until `tasks` are done; measured from the first ack to the
-    last. With `extra` "--max-tasks N" they stop there, leaving the rest waiting."""
+    """Run `workers` burst workers until `tasks` are done, measured from the first ack to the
+    last: the rate, and what the tasks cost in CPU and commands. With `extra` "--max-tasks N"
+    they stop there, leaving the rest waiting."""
+    polls = 0
+
+    def done() -> int:
+        nonlocal polls
+        polls += 1
+        return read.totals(q).get("done", 0)
+
     procs = start_workers(server, q.keys.prefix, q.name, workers, "--burst", *extra,
                           env_extra=env_extra)
     try:
-        done = lambda: int(client.hget(q.keys.stats, "done") or 0)  # noqa: E731
-        fcall_us = lambda: command_stats(client).get("fcall", (0, 0))[1]  # noqa: E731
-        wait_until(lambda: done() > 0, 60, "the first ack")
-        t0, d0, c0 = time.perf_counter(), done(), top_level_calls(client)
-        cpu0, us0 = redis_cpu_s(client), fcall_us()
-        wait_until(lambda: done() >= tasks, 600, "all tasks done")
+        wait_until(lambda: done() > 0, 60, "the first ack", 0.002)
+        t0, d0 = time.perf_counter(), done()
+        wcpu0 = sum(tree_cpu_s(p.pid) for p in procs)
+        s0, rcpu0 = read.command_stats(client), read.cpu_seconds(client)
+        polls = 0
+        wait_until(lambda: done() >= tasks, 600, "all tasks done", 0.002)
         elapsed = time.perf_counter() - t0
-        run = Run(elapsed, tasks - d0, top_level_calls(client) - c0,
-                  (redis_cpu_s(client) - cpu0) * 1e6, fcall_us() - us0)
+        wcpu1 = sum(tree_cpu_s(p.pid) for p in procs)  # exited: not waited yet, still there
+        s1, rcpu1 = read.command_stats(client), read.cpu_seconds(client)
+        fcall = s1.get("fcall", (0, 0))[1] - s0.get("fcall", (0, 0))[1]
+        calls = sum(s1.get(c, (0, 0))[0] - s0.get(c, (0, 0))[0]
+                    for c in ("fcall", "evalsha", "blpop"))
+        n = tasks - d0
+        run = Run(elapsed, n, calls, (rcpu1 - rcpu0) * 1e6, fcall, (wcpu1 - wcpu0) * 1e6,
+                  engine_commands(s0, s1, polls))
         for p in procs:
             p.wait(60)
             if p.returncode != 0:
@@ -238,28 +288,44 @@ def run_workers(
         for p in procs:
             p.kill() if p.poll() is None else None
     if not extra:
-        assert introspect.drained(q)
+        assert read.drained(q)
     return run
 
 
+def rounds_summary(runs: list[Run], rate_key: str, cost_prefix: str) -> dict[str, Any]:
+    """The median rate of several rounds, its spread (± half the range, % of the median) and
+    each round's rate; the costs per task of the least disturbed round (the lowest of each:
+    other processes on the machine only ever add to them)."""
+    rates = [run.tasks / run.elapsed for run in runs]
+    mid = statistics.median(rates)
+    out: dict[str, Any] = {rate_key: round(mid)}
+    if len(runs) > 1:
+        out[f"{rate_key}_spread_pct"] = round(50 * (max(rates) - min(rates)) / mid, 1)
+        out[f"{rate_key}_runs"] = [round(r) for r in rates]
+    costs = [run.costs(cost_prefix) for run in runs]
+    return out | {k: min(c[k] for c in costs) for k in costs[0]}
+
+
 def bench_throughput(
-    server: RedisServer, client: redis.Redis, prefix: str, tasks: int, workers: int
+    server: RedisServer, client: Client, prefix: str, tasks: int, workers: int,
+    rounds: int = 1,
 ) -> dict[str, Any]:
-    """No-op tasks of a few large requests."""
-    q = Queue(client, f"noop{workers}", prefix=prefix)
-    for i in range(0, tasks, 100_000):
-        q.submit([None] * min(100_000, tasks - i), handler="noop", request_id=f"r{i}")
-    run = run_workers(server, client, q, tasks, workers)
-    return {
-        f"noop_tasks_per_s_{workers}_worker{'s' if workers > 1 else ''}": round(
-            run.tasks / run.elapsed
-        ),
-        f"round_trips_per_task_{workers}": round(run.calls / run.tasks, 4),
+    """No-op tasks of a few large requests, `rounds` times on fresh queues."""
+    runs = []
+    for r in range(rounds):
+        q = Queue(client, f"noop{workers}-{r}", prefix=prefix)
+        for i in range(0, tasks, 100_000):
+            q.submit([None] * min(100_000, tasks - i), handler="noop", request_id=f"r{i}")
+        runs.append(run_workers(server, client, q, tasks, workers))
+    plural = "s" if workers > 1 else ""
+    return rounds_summary(runs, f"noop_tasks_per_s_{workers}_worker{plural}",
+                          f"noop_{workers}w_") | {
+        f"round_trips_per_task_{workers}": round(runs[0].calls / runs[0].tasks, 4),
     }
 
 
 def bench_backlog(
-    server: RedisServer, client: redis.Redis, prefix: str, measured: int = 50_000,
+    server: RedisServer, client: Client, prefix: str, measured: int = 50_000,
     left: tuple[int, ...] = (1_000, 1_000_000),
 ) -> dict[str, Any]:
     """No-op tasks in requests of 100, one worker process: the rate over `measured` tasks when
@@ -282,25 +348,24 @@ def bench_backlog(
 
 
 def bench_one_task_requests(
-    server: RedisServer, client: redis.Redis, prefix: str, tasks: int
+    server: RedisServer, client: Client, prefix: str, tasks: int, rounds: int = 1
 ) -> dict[str, Any]:
-    """Requests of one no-op task each, processed by one worker process. Redis's share: the
-    CPU time of its main thread (everything it did for them) and, within it, the time in the
-    engine's functions."""
-    q = Queue(client, "one", prefix=prefix)
-    for _ in range(tasks):
-        q.submit([None], handler="noop")
-    run = run_workers(server, client, q, tasks, 1)
-    return {
-        "one_task_requests_per_s_1_worker": round(run.tasks / run.elapsed),
-        "one_task_round_trips_per_task": round(run.calls / run.tasks, 4),
-        "one_task_redis_cpu_us_per_task": run.per_task(run.redis_cpu_us),
-        "one_task_script_us_per_task": run.per_task(run.script_us),
+    """Requests of one no-op task each, processed by one worker process, `rounds` times on
+    fresh queues. Redis's share: the CPU time of its main thread (everything it did for them)
+    and, within it, the time in the engine's functions."""
+    runs = []
+    for r in range(rounds):
+        q = Queue(client, f"one-{r}", prefix=prefix)
+        for _ in range(tasks):
+            q.submit([None], handler="noop")
+        runs.append(run_workers(server, client, q, tasks, 1))
+    return rounds_summary(runs, "one_task_requests_per_s_1_worker", "one_task_") | {
+        "one_task_round_trips_per_task": round(runs[0].calls / runs[0].tasks, 4),
     }
 
 
 def bench_metrics(
-    server: RedisServer, client: redis.Redis, prefix: str, tasks: int, rounds: int = 2
+    server: RedisServer, client: Client, prefix: str, tasks: int, rounds: int = 2
 ) -> dict[str, Any]:
     """What the handlers' metrics cost: one-task requests processed by one worker process
     with them on and off (QA_HANDLER_METRICS=off), in turns on the same server (on, off, off,
@@ -341,7 +406,7 @@ def bench_metrics(
 
 
 def _ack_us_per_task(
-    client: redis.Redis, prefix: str, batch: int, rounds: int = 101, tasks: int = 64
+    client: Client, prefix: str, batch: int, rounds: int = 101, tasks: int = 64
 ) -> dict[str, float]:
     """The engine's time (FCALL, as Redis counts it) per task of acking `tasks` timed one-task
     requests, `batch` per call, three ways in turns: without metrics ("off"); as a worker
@@ -360,7 +425,7 @@ def _ack_us_per_task(
             for _ in range(tasks):
                 q.submit([None], handler="noop")
             leases = q.dequeue("w", tasks)
-            before = command_stats(client).get("fcall", (0, 0))[1]
+            before = read.command_stats(client).get("fcall", (0, 0))[1]
             tally = Tally(flush_s=3600)
             for i in range(0, tasks, batch):
                 part = leases[i : i + batch]
@@ -374,7 +439,7 @@ def _ack_us_per_task(
                 q.send_tally(tally, force=True)
             if r:  # the first round loads, warms and makes the minute's key
                 samples[mode].append(
-                    (command_stats(client).get("fcall", (0, 0))[1] - before) / tasks)
+                    (read.command_stats(client).get("fcall", (0, 0))[1] - before) / tasks)
     return {m: round(statistics.quantiles(v, n=10)[0], 2) for m, v in samples.items()}
 
 
@@ -467,7 +532,7 @@ def paced(n: int, rate: float, submit: Any) -> None:
         next_at += interval
 
 
-def latency_figures(samples_ns: list[str], suffix: str = "") -> dict[str, Any]:
+def latency_figures(samples_ns: list[Any], suffix: str = "") -> dict[str, Any]:
     samples = sorted(int(x) / 1e6 for x in samples_ns)
     return {
         f"latency_p50_ms{suffix}": round(samples[len(samples) // 2], 3),
@@ -478,33 +543,35 @@ def latency_figures(samples_ns: list[str], suffix: str = "") -> dict[str, Any]:
 
 
 def bench_latency(
-    server: RedisServer, client: redis.Redis, prefix: str, n: int = 2000, rate: float = 200.0
+    server: RedisServer, client: Client, prefix: str, n: int = 2000, rate: float = 200.0,
+    peers: bool = True,
 ) -> dict[str, Any]:
     """Submit -> handler start of one-task requests at a light steady rate, one worker
     process waiting; then the same for huey's consumer (one worker thread, blocking on its
     queue), on the same redis-server, so that the two p50s compare."""
     q = Queue(client, "latency", prefix=prefix)
-    key = f"{prefix}:latency-samples"
+    done = lambda: read.totals(q).get("done", 0)  # noqa: E731
     procs = start_workers(server, prefix, "latency", 1)
     try:
-        q.submit([{"key": key, "t": time.time_ns()}], handler="latency", request_id="warmup")
-        wait_until(lambda: client.llen(key) == 1, 60, "the worker to start")
-        client.delete(key)
+        q.submit([{"t": time.time_ns()}], handler="latency", request_id="warmup")
+        wait_until(lambda: done() == 1, 60, "the worker to start")
         paced(n, rate, lambda i: q.submit(
-            [{"key": key, "t": time.time_ns()}], handler="latency", request_id=f"l{i}"))
-        wait_until(lambda: client.llen(key) >= n, 60, "all latency samples")
+            [{"t": time.time_ns()}], handler="latency", request_id=f"l{i}"))
+        wait_until(lambda: done() >= n + 1, 60, "all latency samples")
     finally:
         for p in procs:
             p.terminate()
             p.wait(30)
-    out = latency_figures(client.lrange(key, 0, -1)) | {"latency_rate_per_s": rate}
-    if HAVE_HUEY:
-        out |= bench_huey_latency(server, client, f"{prefix}:huey-latency-samples", n, rate)
+    # Each task's sample is its result (bench/handlers.py).
+    samples = [ns for i in range(n) for ns in read.all_results(q, f"l{i}").values()]
+    out = latency_figures(samples) | {"latency_rate_per_s": rate}
+    if HAVE_HUEY and peers:
+        out |= bench_huey_latency(server, f"{prefix}:huey-latency-samples", n, rate)
     return out
 
 
 def bench_huey_latency(
-    server: RedisServer, client: redis.Redis, key: str, n: int, rate: float
+    server: RedisServer, key: str, n: int, rate: float
 ) -> dict[str, Any]:
     huey, _ = make_huey(server.url)
     task = huey_latency_task(huey)
@@ -516,15 +583,16 @@ def bench_huey_latency(
     )
     try:
         task(key, time.time_ns())
-        wait_until(lambda: client.llen(key) == 1, 60, "huey's consumer to start")
-        client.delete(key)
+        wait_until(lambda: huey_sample_count(huey, key) == 1, 60, "huey's consumer to start")
+        huey_clear_samples(huey, key)
         paced(n, rate, lambda i: task(key, time.time_ns()))
-        wait_until(lambda: client.llen(key) >= n, 60, "all of huey's latency samples")
+        wait_until(lambda: huey_sample_count(huey, key) >= n, 60,
+                   "all of huey's latency samples")
     finally:
         proc.terminate()
         proc.wait(30)
     huey.flush()
-    return latency_figures(client.lrange(key, 0, -1), "_huey")
+    return latency_figures(huey_samples(huey, key), "_huey")
 
 
 def run_all(fsync: str, args: argparse.Namespace, only: set[str]) -> dict[str, Any]:
@@ -533,22 +601,30 @@ def run_all(fsync: str, args: argparse.Namespace, only: set[str]) -> dict[str, A
     with tempfile.TemporaryDirectory(prefix="qa-bench-") as tmp:
         server = start_redis(Path(tmp), appendonly=True, fsync=fsync)
         try:
-            client = redis.Redis.from_url(server.url, decode_responses=True)
+            client = connect(server.url, cluster=False)
             if "single" in only:
-                results |= bench_single_submits(server, client, "b0", args.submits)
+                results |= bench_single_submits(server, client, "b0", args.submits,
+                                                peers=not args.quick)
             if "one_task" in only:
-                results |= bench_one_task_requests(server, client, "b5", args.one_task)
+                results |= bench_one_task_requests(server, client, "b5", args.one_task,
+                                                   args.rounds)
                 if args.peers:
                     results |= bench_peer_workers(server, args.one_task)
             if "enqueue" in only:
                 results |= bench_enqueue(client, "b1")
             if "metrics" in only:
                 results |= bench_metrics(server, client, "b7", args.one_task)
+            if "tracing" in only:  # issue 38: tracing off, its context carried, on
+                from bench.bench_tracing import bench_tracing
+
+                results |= bench_tracing(server, client, "b8", args.one_task)
             if "noop" in only:
-                results |= bench_throughput(server, client, "b2", args.tasks, 1)
-                results |= bench_throughput(server, client, "b3", args.tasks, 2)
-                results["round_trips_per_task"] = results["round_trips_per_task_1"]
-            results["redis"] = client.info("server")["redis_version"]
+                for n in args.workers:
+                    results |= bench_throughput(server, client, f"b2-{n}", args.tasks, n,
+                                                args.rounds)
+                if 1 in args.workers:
+                    results["round_trips_per_task"] = results["round_trips_per_task_1"]
+            results["redis"] = read.redis_health(client).version
         finally:
             server.stop()
         if "backlog" in only:
@@ -556,7 +632,7 @@ def run_all(fsync: str, args: argparse.Namespace, only: set[str]) -> dict[str, A
             with tempfile.TemporaryDirectory(prefix="qa-bench-") as tmp2:
                 server = start_redis(Path(tmp2), appendonly=True, fsync=fsync)
                 try:
-                    client = redis.Redis.from_url(server.url, decode_responses=True)
+                    client = connect(server.url, cluster=False)
                     results |= bench_backlog(server, client, "b6")
                 finally:
                     server.stop()
@@ -566,9 +642,9 @@ def run_all(fsync: str, args: argparse.Namespace, only: set[str]) -> dict[str, A
             # either engine (the disk catching up, not the hand-off) against ~1 ms here.
             server = start_redis(Path(tmp) / "latency", appendonly=True, fsync=fsync)
             try:
-                client = redis.Redis.from_url(server.url, decode_responses=True)
-                results |= bench_latency(server, client, "b4")
-                results["redis"] = client.info("server")["redis_version"]
+                client = connect(server.url, cluster=False)
+                results |= bench_latency(server, client, "b4", args.latency, peers=args.peers)
+                results["redis"] = read.redis_health(client).version
             finally:
                 server.stop()
     return results
@@ -623,6 +699,8 @@ def main() -> int:
     )
     parser.add_argument("--tasks", type=int, default=200_000, help="no-op tasks per throughput run")
     parser.add_argument("--submits", type=int, default=5_000, help="single submits per turn")
+    parser.add_argument("--latency", type=int, default=2_000,
+                        help="submits timed to their handler's start, at 200/s")
     parser.add_argument("--one-task", type=int, default=20_000, help="one-task requests to process")
     parser.add_argument(
         "--fsync",
@@ -642,8 +720,28 @@ def main() -> int:
         action="store_false",
         help="skip the peers' workers (their submits are always measured)",
     )
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="no-op and one-task runs each, on fresh queues: the median rate, "
+                        "its spread, the lowest CPU and commands per task")
+    parser.add_argument("--workers", default="1,2",
+                        help="worker processes for the no-op runs, comma-separated")
+    parser.add_argument(
+        "--quick", action="store_true",
+        help="the check before a change to the hot path lands (under a minute): fsync "
+        "everysec, small counts, no peers' workers, no backlog or metrics runs, one no-op run",
+    )
     parser.add_argument("--json-only", action="store_true")
     args = parser.parse_args()
+    # Its submits come before its workers announce their handlers, on purpose.
+    warnings.filterwarnings("ignore", category=UnknownHandlerWarning)
+    if args.quick:
+        args.fsync, args.peers, args.workers = ["everysec"], False, "1"
+        args.tasks, args.one_task, args.submits = 30_000, 6_000, 2_000
+        args.rounds = max(args.rounds, 3)
+        args.latency = 1_000
+        if args.only == ",".join(MEASURES):
+            args.only = "single,one_task,enqueue,noop,latency"
+    args.workers = [int(n) for n in args.workers.split(",")]
     only = set(args.only.split(","))
     if unknown := only - set(MEASURES):
         parser.error(f"unknown measure(s): {', '.join(sorted(unknown))}")

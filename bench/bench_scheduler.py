@@ -37,11 +37,10 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 def child(url: str, log: str) -> int:
     """One scheduler process: ticks each second, one JSON line per tick into `log`."""
-    import redis
-
+    from core.queue.connect import connect
     from core.queue.schedule.scheduler import Scheduler
 
-    client = redis.Redis.from_url(url, decode_responses=True)
+    client = connect(url, cluster=False)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     sch = Scheduler(client, prefix=PREFIX, queues=[QUEUE])
@@ -117,17 +116,15 @@ def percentile(values: list[float], p: float) -> float:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    import redis
-
     from core.queue import Queue
+    from core.queue.connect import connect
     from core.queue.schedule.api import cron, declare
 
     rng = random.Random(args.seed)
     with tempfile.TemporaryDirectory() as tmp:
         server = start_redis(Path(tmp) / "redis", appendonly=False)
         try:
-            client = redis.Redis.from_url(server.url, decode_responses=True)
-            q = Queue(client, QUEUE, prefix=PREFIX)
+            q = Queue(connect(server.url, cluster=False), QUEUE, prefix=PREFIX)
             names = [f"b{i:04d}" for i in range(args.schedules)]
             declare(q, *(cron(n, "* * * * *", handler="noop", tasks=[{"n": i}],
                               overlap="allow") for i, n in enumerate(names)))
@@ -141,24 +138,24 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             fleet.chaos(end)
             for i in range(3):
                 fleet.stop(i, signal.SIGTERM)
-            return measure(client, q, names, slots, fleet, Path(tmp), args)
+            return measure(q, names, slots, fleet, Path(tmp), args)
         finally:
             server.stop()
 
 
-def measure(client: Any, q: Any, names: list[str], slots: list[int], fleet: Fleet,
+def measure(q: Any, names: list[str], slots: list[int], fleet: Fleet,
             logdir: Path, args: argparse.Namespace) -> dict[str, Any]:
-    pipe = client.pipeline(transaction=False)
-    for n in names:
-        for s in slots:
-            pipe.hget(q.keys.request(f"sched.{n}.{s // 1000}"), "created_ms")
-    created = pipe.execute()
+    from core.queue import read
+
+    rids = [f"sched.{n}.{s // 1000}" for n in names for s in slots]
+    found = read.requests_many(q, rids)
+    created = [found[rid].created_ms if rid in found else None for rid in rids]
     expected = len(names) * len(slots)
     missing = sum(1 for c in created if c is None)
     # Read schedule by schedule, slot by slot: each value pairs with its own slot.
     late = [(int(c) - slots[i % len(slots)]) / 1000 for i, c in enumerate(created)
             if c is not None]
-    submitted = int(client.hget(q.keys.stats, "submitted") or 0)
+    submitted = read.totals(q).get("submitted", 0)
     ticks: list[dict[str, Any]] = []
     for log in logdir.glob("sched-*.jsonl"):
         for line in log.read_text().splitlines():

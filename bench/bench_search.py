@@ -43,7 +43,7 @@ HANDLERS = ("resize", "export", "sync-crm", "invoice", "thumbnail", "transcode",
 MESSAGES = (
     "ValueError: row {n} has {m} columns, expected 12",
     "KeyError: missing key 'col_{n}' in record {hex}",
-    "TimeoutError: upstream api-{m}.internal:{n} did not answer within {m} ms",
+    "TimeoutError: upstream api-{m}.internal port {n} did not answer within {m} ms",
     "OSError: file /data/part-{n}.parquet is corrupt at offset {m}",
     "RuntimeError: quota exceeded for tenant t{m}: {n} > 1000",
     "ValueError: cannot parse '{hex}' as a date",

@@ -43,6 +43,22 @@ def huey_latency_task(h: Any) -> Any:
     return h.bench_latency
 
 
+def huey_sample_count(h: Any, key: str) -> int:
+    """How many latency samples huey's latency task has written under `key` (in huey's
+    Redis, through huey's own client)."""
+    return int(h.storage.conn.llen(key))
+
+
+def huey_samples(h: Any, key: str) -> list[int]:
+    """The latency samples (ns) huey's latency task has written under `key`."""
+    return [int(x) for x in h.storage.conn.lrange(key, 0, -1)]
+
+
+def huey_clear_samples(h: Any, key: str) -> None:
+    """Forget the samples written so far (the warm-up's)."""
+    h.storage.conn.delete(key)
+
+
 def make_rq(url: str) -> Any:
     """An rq queue on `url` (rq needs a client without decode_responses)."""
     import redis

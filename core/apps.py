@@ -22,3 +22,8 @@ class CoreConfig(AppConfig):
 
         # Every failed login is an audit entry (core/console/login.py).
         user_login_failed.connect(_audit_failed_login, dispatch_uid="core.audit_failed_login")
+        # OpenTelemetry, if the OTEL_* settings ask for it (issue 38; docs/tracing.md): nothing
+        # of it is imported otherwise.
+        from core import tracing
+
+        tracing.setup_from_env()

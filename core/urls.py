@@ -1,20 +1,25 @@
 from django.contrib.auth import views as auth_views
-from django.urls import path
+from django.urls import include, path
 
+from core.api.app import urls as api_urls
 from core.views import (
     actions,
+    alerts,
     audit,
     bulk,
     datajobs,
     dead,
     handlers,
+    limits,
     overview,
     pending,
     requests,
+    retention,
     scheduled,
     schedules,
     search,
     service,
+    tokens,
     workers,
 )
 
@@ -41,6 +46,19 @@ urlpatterns = [
     path("workers/", workers.worker_list, name="workers"),
     path("handlers/", handlers.handler_list, name="handlers"),
     path("audit/", audit.audit_log, name="audit"),
+    path("alerts/", alerts.alert_list, name="alerts"),
+    path("alerts/rules/add/", alerts.rule_add, name="alert_rule_add"),
+    path("alerts/rules/<str:name>/<slug:action>/", alerts.rule_act, name="alert_rule_act"),
+    path("alerts/channels/add/", alerts.channel_add, name="alert_channel_add"),
+    path("alerts/channels/<str:name>/<slug:action>/", alerts.channel_act,
+         name="alert_channel_act"),
+    path("limits/", limits.limits_page, name="limits"),
+    path("limits/change/", limits.limits_change, name="limits_change"),
+    path("tokens/", tokens.token_list, name="tokens"),
+    path("tokens/create/", tokens.token_create, name="token_create"),
+    path("tokens/<str:name>/revoke/", tokens.token_revoke, name="token_revoke"),
+    path("retention/", retention.retention_page, name="retention"),
+    path("retention/change/", retention.retention_change, name="retention_change"),
     path("jobs/", datajobs.job_list, name="datajobs"),
     path("jobs/submit/", datajobs.job_submit, name="datajob_submit"),
     path("jobs/<str:queue_name>/<str:job_id>/", datajobs.job_detail, name="datajob"),
@@ -49,6 +67,8 @@ urlpatterns = [
     path("actions/bulk/<int:bulk_id>/confirm/", bulk.confirm, name="bulk_confirm"),
     path("actions/bulk/<int:bulk_id>/stop/", bulk.stop, name="bulk_stop"),
     path("actions/<slug:name>/", actions.act, name="act"),
+    # The HTTP API (docs/api.md): tokens only, no session or CSRF.
+    path("api/v1/", include((api_urls(), "api"), namespace="api")),
     path("healthz", service.healthz, name="healthz"),
     path("metrics", service.metrics, name="metrics"),
     path("login/", auth_views.LoginView.as_view(template_name="core/login.html",

@@ -12,6 +12,11 @@ from __future__ import annotations
 import os
 import sys
 
+# Exit status of a command given bad input: an argument, an option or a setting that is not
+# valid (docs/operations.md). Settings that cannot be loaded are one: queueadmin run from /
+# without QA_VAR_DIR, a port that is not a number.
+BAD_INPUT = 2
+
 
 def main(argv: list[str] | None = None) -> None:
     """Run the management command that `argv` (default sys.argv) names."""
@@ -22,4 +27,29 @@ def main(argv: list[str] | None = None) -> None:
     # Django's help names the program after argv[0]: "queueadmin", not "main.py"/"__main__.py".
     if argv and os.path.basename(argv[0]) in ("__main__.py", "main.py"):
         argv[0] = "queueadmin"
+    _load_settings(os.path.basename(argv[0]) if argv else "queueadmin", argv[1:])
     execute_from_command_line(argv)
+
+
+def _load_settings(prog: str, args: list[str]) -> None:
+    """Load the settings before Django does, so that settings that cannot be loaded are one
+    line and exit status 2: Django would show the settings module's traceback (41 lines for
+    `queueadmin runstack` run from /). With --settings or --pythonpath, or --traceback, left
+    to Django."""
+    if any(a.startswith(("--settings", "--pythonpath", "--traceback")) for a in args):
+        return
+    from django.conf import settings
+    from django.core.exceptions import ImproperlyConfigured
+
+    try:
+        settings.INSTALLED_APPS  # noqa: B018 (imports the settings module)
+    except ImproperlyConfigured as exc:
+        _fail(prog, str(exc))
+    except ValueError as exc:  # int("abc") of a variable such as PORT or QA_REDIS_PORT
+        _fail(prog, f"a setting from the environment is not valid: {exc} (the variables: "
+                    "docs/deployment.md)")
+
+
+def _fail(prog: str, message: str) -> None:
+    sys.stderr.write(f"{prog}: error: {message}\n")
+    sys.exit(BAD_INPUT)

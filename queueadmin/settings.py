@@ -23,6 +23,8 @@ QA_HANDLER_MODULES  comma-separated modules whose import registers task handlers
 QA_HANDLER_METRICS  "off": the engine keeps no per-handler metrics for this process's acks,
                fails and reaps (default on; see docs/console.md, Handlers)
 METRICS_TOKEN  bearer token that /metrics requires (unset: /metrics answers 404)
+QA_API_RATE_PER_MIN  calls a minute one HTTP API token may make (default 600; 0: no limit)
+QA_API_WAIT_MAX_S  the longest `?wait=` an API call may hold a server thread (default 20)
 QA_SECURE_COOKIES  "1": session and CSRF cookies only over HTTPS even when Django sees plain
                HTTP (behind a TLS proxy that sets no X-Forwarded-Proto); they are Secure
                anyway whenever the request came over HTTPS
@@ -30,11 +32,29 @@ QA_TRUST_X_FORWARDED_PROTO  "1": behind a proxy that sets X-Forwarded-Proto, tru
                neither Django nor the stack's gunicorn believes the header)
 QA_TRUST_X_FORWARDED_FOR  "1": behind one proxy that appends the caller's address to
                X-Forwarded-For, count failed logins by that address (else by the peer's)
-QA_LOGIN_FAILURE_LIMIT  failed logins, per user name and per address, before logging in is
+QA_LOGIN_FAILURE_LIMIT  failed logins, per user name and address (and, from an address the
+               name never logged in from, per name and per address), before logging in is
                locked (default 5)
 QA_LOGIN_LOCKOUT_MIN  minutes a lockout lasts, counted from the last failure before it
                (default 15); an admin can unlock sooner
+QA_LOGIN_KNOWN_DAYS  days a successful login keeps its address "known" for that user name:
+               only the name's own failures there lock it out (default 90)
 QA_CONSOLE_CACHE_S  seconds the console shares per-queue aggregates between requests (1)
+QA_CONSOLE_URL the console's address as people reach it, for the links in alerts (default
+               http://HOST:PORT); QA_ALERT_EVERY_S: seconds between the alerts' evaluations (5)
+QA_ALERT_SEND_TIMEOUT_S  seconds one attempt to send an alert may take, connect and answer
+               (10); a message whose sender died mid-send is sent again after 3 times that
+EMAIL_HOST, EMAIL_PORT, EMAIL_HOST_USER, EMAIL_HOST_PASSWORD, EMAIL_USE_TLS, EMAIL_USE_SSL,
+DEFAULT_FROM_EMAIL  the SMTP server of the alerts' email channels (Django's settings of the
+               same names; default localhost:25, from queueadmin@localhost)
+QA_RETAIN_REQUESTS, QA_RETAIN_DEAD, QA_RETAIN_SEARCH, QA_RETAIN_AUDIT, QA_RETAIN_BULK,
+QA_RETAIN_DATAJOBS, QA_RETAIN_HANDLER_MINUTES, QA_RETAIN_HANDLER_HOURS  how long the database
+               keeps each kind of history: 30d, 12h, 90s or "forever" (defaults: 30d, 30d,
+               30d, 365d, 90d, 90d, 25h, 90d; docs/retention.md); an admin's setting from the
+               console or `manage.py retention set` wins
+QA_PRUNE_EVERY_S  seconds between the services process's pruning passes (default 60)
+QA_AUDIT_EXPORT  folder the pruner writes the audit entries it removes into, as JSON lines, one
+               file per month (default var/audit); "off": removed without a copy
 SPARK_REMOTE   the Spark Connect server the workers run data jobs on, sc://host:15002 (default:
                the stack's own, started by `runstack` on 127.0.0.1:QA_SPARK_PORT)
 SPARK_MASTER   instead, a classic Spark session in each worker: local[N] or a standalone
@@ -58,6 +78,7 @@ SPARK_CONF     more Spark settings for the workers' sessions, key=value entries 
 
 from __future__ import annotations
 
+import functools
 import os
 import secrets
 from datetime import timedelta
@@ -65,6 +86,7 @@ from pathlib import Path
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
+from django.utils.functional import lazy
 
 # Where the queueadmin and core packages are: a checkout, or site-packages when installed.
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -96,12 +118,34 @@ def _assets(name: str) -> Path:
     return packaged if packaged.is_dir() else BASE_DIR / name
 
 
+def _package_dir(name: str, sub: str) -> list[Path]:
+    """`sub` of an installed package's folder, found without importing the package (none
+    if the package or the folder is missing)."""
+    import importlib.util
+
+    found = importlib.util.find_spec(name)
+    places = list(found.submodule_search_locations or []) if found is not None else []
+    return [Path(p) / sub for p in places[:1] if (Path(p) / sub).is_dir()]
+
+
 def _env_flag(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in {"1", "true"}
 
 
 def _env_list(name: str, default: str) -> list[str]:
     return [h.strip() for h in os.environ.get(name, default).split(",") if h.strip()]
+
+
+def _env_int(name: str, default: int) -> int:
+    """A whole number from the environment; one that is not names its variable (queueadmin's
+    command says it in one line, exit status 2)."""
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a whole number, not {value!r}") from None
 
 
 def _stored_secret_key(path: Path) -> str:
@@ -130,23 +174,28 @@ def _stored_secret_key(path: Path) -> str:
     return path.read_text().strip()
 
 
-SECRET_KEY = os.environ.get("SECRET_KEY") or _stored_secret_key(VAR_DIR / "secret_key")
+# Read, or made, when something first signs with it (a login, a session), not at import: a
+# command that signs nothing (submit, queuestat, help, a refused runstack) leaves no var/
+# behind in the directory it ran in. Once per process.
+SECRET_KEY = os.environ.get("SECRET_KEY") or lazy(
+    functools.cache(functools.partial(_stored_secret_key, VAR_DIR / "secret_key")), str)()
 DEBUG = _env_flag("DEBUG")
 ALLOWED_HOSTS = _env_list("ALLOWED_HOSTS", "localhost,127.0.0.1")
 
 # The queue. Without REDIS_URL in the environment, the project-managed redis-server that
 # `runstack` (make run) starts on EMBEDDED_REDIS_PORT is used.
-EMBEDDED_REDIS_PORT = int(os.environ.get("QA_REDIS_PORT") or "6390")
+EMBEDDED_REDIS_PORT = _env_int("QA_REDIS_PORT", 6390)
 # Checked by `runstack`, which refuses anything but "always" and "everysec" with a message.
 EMBEDDED_REDIS_FSYNC = os.environ.get("QA_REDIS_FSYNC", "").strip() or "always"
 EMBEDDED_REDIS = not os.environ.get("REDIS_URL")
 REDIS_URL = os.environ.get("REDIS_URL") or f"redis://127.0.0.1:{EMBEDDED_REDIS_PORT}/0"
 QUEUE_PREFIX = os.environ.get("QUEUE_PREFIX") or "qa"
-QUEUE_MAX_RESULT_BYTES = int(os.environ.get("QA_MAX_RESULT_BYTES") or "65536")
+QUEUE_MAX_RESULT_BYTES = _env_int("QA_MAX_RESULT_BYTES", 65536)
 HANDLER_METRICS = os.environ.get("QA_HANDLER_METRICS", "").strip().lower() != "off"
 
-# The data pipeline's Spark (core/pipeline/spark.py reads these when a worker makes its session;
-# neither SPARK_REMOTE nor SPARK_MASTER: the stack's own Connect server, core/pipeline/server.py).
+# The data pipeline's Spark (core/pipeline/spark_target.py reads these when a worker makes its
+# session; neither SPARK_REMOTE nor SPARK_MASTER: the stack's own Connect server,
+# core/pipeline/server.py).
 SPARK_MASTER = os.environ.get("SPARK_MASTER", "").strip()
 SPARK_REMOTE = os.environ.get("SPARK_REMOTE", "").strip()
 SPARK_OFF = os.environ.get("QA_SPARK", "").strip().lower() == "off"
@@ -157,16 +206,16 @@ EMBEDDED_SPARK = not (SPARK_REMOTE or SPARK_MASTER or SPARK_OFF)
 # worker's back.
 QUEUEADMIN_HANDLER_MODULES = [*([] if SPARK_OFF else ["core.pipeline.tasks"]),
                               *_env_list("QA_HANDLER_MODULES", "")]
-SPARK_CONNECT_PORT = int(os.environ.get("QA_SPARK_PORT") or "15390")
+SPARK_CONNECT_PORT = _env_int("QA_SPARK_PORT", 15390)
 SPARK_MEMORY = os.environ.get("QA_SPARK_MEMORY", "").strip() or "1g"
 # More chunks of one job at once than the embedded Spark has cores only makes each slower (a
 # 40M-row job on 2 cores: 2.9-4.2 s at 2 at once, 4.9-8.4 s at 4); the other slots stay free
 # for other jobs' chunks.
-DATAJOB_CONCURRENCY = int(os.environ.get("QA_DATAJOB_CONCURRENCY") or "0") or (
+DATAJOB_CONCURRENCY = _env_int("QA_DATAJOB_CONCURRENCY", 0) or (
     os.cpu_count() or 1 if EMBEDDED_SPARK else 1_000_000)
-SPARK_SHUFFLE_PARTITIONS = int(os.environ.get("SPARK_SHUFFLE_PARTITIONS") or "0")  # 0: by master
+SPARK_SHUFFLE_PARTITIONS = _env_int("SPARK_SHUFFLE_PARTITIONS", 0)  # 0: by master
 SPARK_UI = _env_flag("SPARK_UI")
-SPARK_CONF = os.environ.get("SPARK_CONF", "")  # parsed (and refused) by core.pipeline.spark
+SPARK_CONF = os.environ.get("SPARK_CONF", "")  # parsed (and refused) by core.pipeline.spark_target
 
 # Where data jobs may read and write (core/pipeline/roots.py): never var/ itself, which holds
 # the secret key, the admin password and the database.
@@ -175,7 +224,7 @@ OUTPUT_ROOTS = _env_list("QA_OUTPUT_ROOTS", str(VAR_DIR / "out"))
 
 # The supervisor (`runstack`).
 WEB_HOST = os.environ.get("HOST") or "127.0.0.1"
-WEB_PORT = int(os.environ.get("PORT") or "8000")
+WEB_PORT = _env_int("PORT", 8000)
 ACCESS_LOG = os.environ.get("QA_ACCESS_LOG", "").strip()
 QA_ADMIN_PASSWORD = os.environ.get("QA_ADMIN_PASSWORD", "")
 
@@ -190,6 +239,11 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_htmx",
     "template_partials",
+    # django-ninja (the HTTP API, core/api) is not an app here: its templates and static
+    # files (Swagger UI's, served from our own static files, never from a CDN) are found in
+    # its folders below (_package_dir), and the URLconf imports it. As an app, every command
+    # imported it and pydantic at Django's setup: half of the setup's imports, 0.1-0.2 s of
+    # each `datajob submit` (issue 39).
     "core",
     # Login throttling (django-axes): after core, so that core's receiver of a failed login
     # runs before axes' own and sees whether the login was refused for an earlier lockout.
@@ -227,13 +281,15 @@ WSGI_APPLICATION = "queueadmin.wsgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [_assets("templates")],
+        "DIRS": [_assets("templates"), *_package_dir("ninja", "templates")],
         "APP_DIRS": True,  # template_partials swaps this for its own (cached) loaders
         "OPTIONS": {
             "context_processors": [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                # `spark_warming`: read only by the pages that show it (core/console/warming.py)
+                "core.console.warming.context",
             ],
         },
     },
@@ -246,6 +302,9 @@ DATABASES = {
         conn_health_checks=True,
     )
 }
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Django's, which makes the database's folder (QA_VAR_DIR) when it first opens it.
+    DATABASES["default"]["ENGINE"] = "queueadmin.sqlite"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -272,15 +331,19 @@ if _env_flag("QA_TRUST_X_FORWARDED_PROTO"):
 X_FRAME_OPTIONS = "DENY"
 
 # Login throttling (django-axes; core/console/login.py): QA_LOGIN_FAILURE_LIMIT failed logins
-# of one user name (from anywhere), or from one address (for any user name), lock that name or
-# address out for QA_LOGIN_LOCKOUT_MIN minutes; the attempts refused meanwhile neither count
-# nor extend it, and a successful login does not clear an address' count (an account holder
-# cannot reset it between guesses at other accounts). An admin unlocks sooner in the Django
-# admin (Access attempts), or with `manage.py axes_reset_username NAME` / `axes_reset_ip IP`;
-# both are audited, and so is every failed login.
+# of one user name from one address lock that pair out for QA_LOGIN_LOCKOUT_MIN minutes. A name
+# logging in from an address it logged in from within QA_LOGIN_KNOWN_DAYS is locked by that
+# pair only: a guesser elsewhere, or at other names, cannot lock it out. Any other attempt is
+# also locked by the name's failures from every address and the address' failures for every
+# name. The attempts refused meanwhile neither count nor extend it, and a successful login
+# does not clear an address' count (an account holder cannot reset it between guesses at other
+# accounts). An admin unlocks sooner in the Django admin (Access attempts), or with
+# `manage.py axes_reset_username NAME` / `axes_reset_ip IP`; both are audited, and so is every
+# failed login.
 AXES_FAILURE_LIMIT = int(os.environ.get("QA_LOGIN_FAILURE_LIMIT") or "5")
 AXES_COOLOFF_TIME = timedelta(minutes=float(os.environ.get("QA_LOGIN_LOCKOUT_MIN") or "15"))
-AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_LOCKOUT_PARAMETERS = "core.console.login.lockout_parameters"
+LOGIN_KNOWN_ADDRESS_DAYS = float(os.environ.get("QA_LOGIN_KNOWN_DAYS") or "90")
 AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_RESET_ON_SUCCESS = False
 AXES_LOCKOUT_CALLABLE = "core.console.login.locked_out"
@@ -293,6 +356,31 @@ TRUST_X_FORWARDED_FOR = _env_flag("QA_TRUST_X_FORWARDED_FOR")
 # The console.
 METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
 CONSOLE_CACHE_S = float(os.environ.get("QA_CONSOLE_CACHE_S") or "1")
+# The HTTP API (core/api, docs/api.md).
+API_RATE_PER_MIN = _env_int("QA_API_RATE_PER_MIN", 600)
+API_WAIT_MAX_S = float(os.environ.get("QA_API_WAIT_MAX_S") or "20")
+# Tracing (core/tracing, docs/tracing.md): a request page links its trace id to this URL, whose
+# "{trace_id}" becomes the id (e.g. https://jaeger.example/trace/{trace_id}); "" = no link.
+TRACING_UI_URL = os.environ.get("QA_TRACING_UI_URL", "").strip()
+# Alerts (core.alerts, docs/alerts.md): links in messages, how often rules are evaluated, and
+# the SMTP server of email channels (Django's email settings, from the environment).
+CONSOLE_URL = (os.environ.get("QA_CONSOLE_URL", "").strip().rstrip("/")
+               or f"http://{WEB_HOST}:{WEB_PORT}")
+ALERT_EVERY_S = float(os.environ.get("QA_ALERT_EVERY_S") or "5")
+ALERT_SEND_TIMEOUT_S = max(1, _env_int("QA_ALERT_SEND_TIMEOUT_S", 10))
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "").strip() or "localhost"
+EMAIL_PORT = _env_int("EMAIL_PORT", 25)
+EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS, EMAIL_USE_SSL = _env_flag("EMAIL_USE_TLS"), _env_flag("EMAIL_USE_SSL")
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "").strip() or "queueadmin@localhost"
+# Retention (core.mirror.retention, docs/retention.md): each kind's raw value, parsed (and
+# refused with its variable's name) where it is used, not here.
+RETENTION = {kind: os.environ.get(f"QA_RETAIN_{kind.upper().replace('-', '_')}", "").strip()
+             for kind in ("requests", "dead", "search", "audit", "bulk", "datajobs",
+                          "handler-minutes", "handler-hours")}
+PRUNE_EVERY_S = _env_int("QA_PRUNE_EVERY_S", 60)
+AUDIT_EXPORT = os.environ.get("QA_AUDIT_EXPORT", "").strip() or str(VAR_DIR / "audit")
 # One process's cache of the per-queue aggregates (core.console.aggregates).
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
@@ -303,7 +391,7 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
-STATICFILES_DIRS = [_assets("static")]
+STATICFILES_DIRS = [_assets("static"), *_package_dir("ninja", "static")]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     # Compressed but not hashed: the manifest variant makes every template that uses

@@ -20,8 +20,9 @@ from typing import Any
 import pytest
 import redis
 
+from core.procs import free_port, pid_alive
 from core.queue import Queue
-from core.stack.redis_server import free_port, pid_alive
+from tests.stack_support import seed_database, seed_sample
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
@@ -58,19 +59,29 @@ class Stack:
 
 
 @contextlib.contextmanager
-def running_stack(var_dir: Path, extra_env: dict[str, str] | None = None) -> Iterator[Stack]:
+def running_stack(var_dir: Path, extra_env: dict[str, str] | None = None, *,
+                  spark_remote: str | None = None) -> Iterator[Stack]:
     """`runstack --workers 1` in `var_dir`, on free ports, with `extra_env` (e.g. the
-    handler modules its workers import), until the block ends."""
+    handler modules its workers import), until the block ends. No Spark (QA_SPARK=off) unless
+    `spark_remote` names a Spark Connect server for its data jobs (the run's, `connect_url`):
+    a stack's own Spark is a JVM started and warmed by a first job, tens of seconds of both
+    cores that a test of the console's other pages does not use. Its QA_VAR_DIR starts with
+    the sample data and a migrated database, as an earlier start leaves them (seed_sample,
+    seed_database)."""
     env = {
         k: v for k, v in os.environ.items()
-        if k not in ("REDIS_URL", "DATABASE_URL", "SECRET_KEY", "QUEUE_PREFIX")
+        if k not in ("REDIS_URL", "DATABASE_URL", "SECRET_KEY", "QUEUE_PREFIX", "SPARK_REMOTE",
+                     "SPARK_MASTER", "QA_SPARK")
     }
     port, redis_port = free_port(), free_port()
+    spark = {"SPARK_REMOTE": spark_remote} if spark_remote else {"QA_SPARK": "off"}
     env |= {
         "PORT": str(port), "HOST": "127.0.0.1", "QA_VAR_DIR": str(var_dir),
         "QA_REDIS_PORT": str(redis_port), "QA_ADMIN_PASSWORD": PASSWORD,
-        "PYTHONUNBUFFERED": "1", **(extra_env or {}),
+        "PYTHONUNBUFFERED": "1", **spark, **(extra_env or {}),
     }
+    seed_sample(var_dir)  # as an earlier start left them: the stack starts seconds sooner
+    seed_database(var_dir)
     process = subprocess.Popen(
         [sys.executable, "manage.py", "runstack", "--workers", "1"], cwd=ROOT, env=env,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
@@ -142,7 +153,7 @@ def logged_in_pages(browser: Any, stack: Stack, accounts: dict[str, str],
     yield open_as
     for context in contexts:
         context.close()
-    assert errors == []
+    assert errors == [], errors
 
 
 def queue(stack: Stack, name: str = "default") -> Queue:

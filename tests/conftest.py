@@ -1,8 +1,9 @@
 """Fixtures of more than one folder of tests: a redis-server the suite starts itself, a fresh key
 prefix per test, a clock the test controls; the Django side (django_queue, the console's queue,
-logged-in Clients by role, a queue with dead letters and leases); worker processes; a Redis
-Cluster. A fixture of one folder lives in that folder's conftest.py; helpers that are not
-fixtures live in the tests/*_support.py modules. No test imports a fixture by name."""
+logged-in Clients by role, a queue with dead letters and leases); worker processes; the run's
+Spark Connect server; a Redis Cluster. A fixture of one folder lives in that folder's
+conftest.py; helpers that are not fixtures live in the tests/*_support.py modules. No test
+imports a fixture by name."""
 
 from __future__ import annotations
 
@@ -26,23 +27,35 @@ if TYPE_CHECKING:
 
 # Every Spark JVM of the run (the shared session, spawned workers, the CLI's checks) compiles
 # with C1 alone: on the tests' small data it starts ~2.5 s sooner and runs each job faster
-# (core.pipeline.spark.QUICK_JIT). Set before any process is spawned, so they all inherit it.
+# (core.pipeline.spark_target.QUICK_JIT). Set before any process is spawned, so they all inherit it.
 TEST_SPARK_CONF = "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1"
 os.environ.setdefault("SPARK_CONF", TEST_SPARK_CONF)
 
 
-# The fixtures that start a Spark JVM (tests/pipeline/conftest.py): a test that uses one, even
-# through another fixture, is marked `spark` and `slow` (two such tests had been left out of
-# `slow`, so `make test-fast` started a JVM). The database tests' second pass, on PostgreSQL,
-# leaves them out: their Spark side is the same on either database.
+# The fixtures that start a Spark JVM (`connect_url` below, the clusters' in
+# tests/pipeline/conftest.py): a test that uses one, even through another fixture, is marked
+# `spark` and `slow` (two such tests had been left out of `slow`, so `make test-fast` started a
+# JVM). The database tests' second pass, on PostgreSQL, leaves them out: their Spark side is the
+# same on either database. A test that drives Chromium (tests/console/conftest.py's `browser`)
+# is marked `browser` and `slow` the same way.
 SPARK_FIXTURES = frozenset({"connect_url", "spark_standalone", "spark_connect"})
+BROWSER_FIXTURES = frozenset({"browser"})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if SPARK_FIXTURES & set(getattr(item, "fixturenames", ())):
+        used = set(getattr(item, "fixturenames", ()))
+        if SPARK_FIXTURES & used:
             item.add_marker(pytest.mark.spark)
             item.add_marker(pytest.mark.slow)
+        if BROWSER_FIXTURES & used:
+            item.add_marker(pytest.mark.browser)
+            item.add_marker(pytest.mark.slow)
+    # The slow tests first, each group still in pytest-randomly's order (this hook runs after
+    # its shuffle): the test processes (pytest-xdist, handed one test at a time from this list:
+    # --maxschedchunk=1 in pyproject.toml) then end on short tests, and neither waits long for
+    # the other to finish a test of tens of seconds that the shuffle had put last.
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -65,6 +78,23 @@ def data_roots(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     os.environ["QA_DATA_ROOTS"] = os.environ["QA_OUTPUT_ROOTS"] = str(base)
     yield base
     settings.DATA_ROOTS, settings.OUTPUT_ROOTS = saved
+
+
+@pytest.fixture(scope="session", autouse=True)
+def fast_password_hashing() -> Iterator[None]:
+    """Passwords set in the test process are hashed with MD5, not PBKDF2's million rounds
+    (0.25 s of CPU a password here, paid by every test that makes a user with one, such as
+    the admin tests' superuser), as Django's testing docs advise: no test here is about the
+    hash. Processes the tests start (stacks, commands) hash as in production."""
+    from django.conf import settings
+    from django.contrib.auth.hashers import reset_hashers
+
+    saved = settings.PASSWORD_HASHERS
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    reset_hashers(setting="PASSWORD_HASHERS")  # the hashers loaded are cached
+    yield
+    settings.PASSWORD_HASHERS = saved
+    reset_hashers(setting="PASSWORD_HASHERS")
 
 
 class FakeClock:
@@ -127,6 +157,13 @@ def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: N
     db = settings.DATABASES["default"]
     if "postgresql" in db["ENGINE"]:
         db.setdefault("TEST", {})["NAME"] = f"test_{db['NAME']}_{os.getpid()}"
+    elif "sqlite" in db["ENGINE"]:
+        # pytest-django names it "test_" + NAME (+ "_gw0"), which for our engine's absolute
+        # path is a relative one: a test_/ tree in the working directory. Beside the real one.
+        name = str(db.get("TEST", {}).get("NAME") or f"test_{db['NAME']}")
+        if name.startswith("test_/"):
+            path = Path(name.removeprefix("test_"))
+            db.setdefault("TEST", {})["NAME"] = str(path.with_name(f"test_{path.name}"))
 
 
 @pytest.fixture
@@ -261,6 +298,62 @@ def wait_until() -> Any:
         return value
 
     return wait
+
+
+# -- Spark ---------------------------------------------------------------------------------
+
+RESULT_LIMIT = "4m"  # the test server's spark.driver.maxResultSize
+
+
+@pytest.fixture(scope="session")
+def connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The run's Spark Connect server, started as the stack starts its own (core.pipeline.server,
+    with the project's reader jar; local[2], one shuffle partition), once per test process, at
+    the first test that asks (the pipeline's, and the browser tests of data jobs, whose stack
+    runs its jobs there). SPARK_REMOTE points this process's tasks and the workers it spawns
+    at it."""
+    import subprocess
+
+    from django.conf import settings
+
+    from core.pipeline import jvm, server
+    from core.procs import free_port, wait_listening
+    from tests.pipeline_support import TEST_JAVA_OPTIONS, jar_dir
+
+    work = tmp_path_factory.mktemp("spark-connect")
+    config = server.ServerConfig(
+        port=free_port(), local_dir=work / "local", memory="1g",
+        jar=jvm.ensure_jar(jar_dir()), cores="2",
+        conf=(("spark.sql.shuffle.partitions", "1"),
+              # small, so that a test can have a chunk's result refused (test_pipeline_reads)
+              ("spark.driver.maxResultSize", RESULT_LIMIT),
+              ("spark.driver.extraJavaOptions", TEST_JAVA_OPTIONS)))
+    server.prepare(config)
+    log = work / "server.log"
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(server.argv(config), env=server.env(), cwd=work,
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        if not wait_listening("127.0.0.1", config.port, timeout=180,
+                              alive=lambda: proc.poll() is None):
+            raise RuntimeError(f"the test Spark Connect server did not start:\n"
+                               f"{log.read_text(errors='replace')[-3000:]}")
+        saved = settings.SPARK_REMOTE, os.environ.get("SPARK_REMOTE")
+        settings.SPARK_REMOTE = os.environ["SPARK_REMOTE"] = config.url
+        yield config.url
+        settings.SPARK_REMOTE = saved[0]
+        if saved[1] is None:
+            os.environ.pop("SPARK_REMOTE", None)
+        else:
+            os.environ["SPARK_REMOTE"] = saved[1]
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
 
 
 # -- Redis Cluster -------------------------------------------------------------------------

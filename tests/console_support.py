@@ -80,6 +80,6 @@ def has_action_buttons(html: str) -> bool:
 
 
 def stats(q: Queue) -> Any:
-    from core.queue import introspect
+    from core.queue import read
 
-    return introspect.stats(q)
+    return read.stats(q)

@@ -58,6 +58,7 @@ class Request:
     lease_ms: int
     backoff_ms: int
     backoff_max_ms: int
+    handler: str = "echo"
     state: str = "open"
     tasks: dict[str, Task] = field(default_factory=dict)
     completions: int = 0
@@ -159,8 +160,8 @@ class QueueModel:
         """Requests the ready index must hold."""
         return {r.rid for r in self.requests.values() if r.eligible}
 
-    def slots(self) -> set[tuple[int, str]]:
-        return {(r.priority, r.tenant) for r in self.requests.values()}
+    def slots(self) -> set[tuple[int, str, str]]:
+        return {(r.priority, r.handler, r.tenant) for r in self.requests.values()}
 
     # -- transitions --------------------------------------------------------------------
 
@@ -435,8 +436,8 @@ def check_queue(q: Queue, m: QueueModel) -> list[str]:
     pipe.zrange(f"{k.base}sprio", 0, -1, withscores=True)
     for s in STATES:
         pipe.zrange(k.state_index(s), 0, -1)
-    for prio, tenant in slots:
-        pipe.zrange(k.tenant_ready(prio, tenant), 0, -1)
+    for prio, handler, tenant in slots:
+        pipe.zrange(k.tenant_ready(prio, handler, tenant), 0, -1)
     for req in reqs:
         pipe.hgetall(k.request(req.rid))
         pipe.exists(k.tasks(req.rid))
@@ -548,25 +549,31 @@ def check_queue(q: Queue, m: QueueModel) -> list[str]:
         assert counters == want, f"{rid}: counters {counters}, model {want}"
         assert counters["total"] == sum(counters[s] for s in TASK_STATES), f"{rid}: total"
 
-    # Per-priority waiting totals and cumulative counters.
-    for prio in {req.priority for req in reqs}:
+    # Waiting totals per priority and handler, and cumulative counters.
+    for prio, handler in {(req.priority, req.handler) for req in reqs}:
         # A held follow-up's or delayed request's tasks are waiting but not work that can run
         # (yet): not counted here.
         want_w = sum(req.count("waiting") for req in reqs
-                     if req.priority == prio and req.state not in ("held", "scheduled"))
-        assert int(stats.get(f"w:{prio}", 0)) == want_w, f"stats w:{prio}"
+                     if (req.priority, req.handler) == (prio, handler)
+                     and req.state not in ("held", "scheduled"))
+        got_w = int(stats.get(f"w:{prio}:{handler}", 0))
+        assert got_w == want_w, f"stats w:{prio}:{handler}"
     assert int(stats.get("submitted", 0)) == sum(len(req.tasks) for req in reqs), "submitted"
     assert int(stats.get("done", 0)) == m.stats["done"], "stats done"
     assert int(stats.get("failed", 0)) == m.stats["failed"], "stats failed"
     assert int(stats.get("retried", 0)) == m.stats["retried"], "stats retried"
 
-    # Ready index: exactly the eligible requests, in their tenant slot, slots in their band.
-    for prio, tenant in slots:
+    # Ready index: exactly the eligible requests, in their (handler, tenant) slot, slots in
+    # their band.
+    for prio, handler, tenant in slots:
         want_r = {req.rid for req in reqs
-                  if (req.priority, req.tenant) == (prio, tenant) and req.eligible}
-        assert tenant_ready[(prio, tenant)] == want_r, f"ready requests of {prio}:{tenant}"
+                  if (req.priority, req.handler, req.tenant) == (prio, handler, tenant)
+                  and req.eligible}
+        assert tenant_ready[(prio, handler, tenant)] == want_r, (
+            f"ready requests of {prio}:{handler}:{tenant}")
     ready_slots = {mem: float(s) for mem, s in ready}
-    assert set(ready_slots) == {f"{p}:{t}" for (p, t), v in tenant_ready.items() if v}, "ready"
+    assert set(ready_slots) == {f"{p}:{h}:{t}" for (p, h, t), v in tenant_ready.items()
+                                if v}, "ready"
     for mem, score in ready_slots.items():
         assert int(score // BAND) == 99 - int(mem.split(":")[0]), f"ready band of {mem}"
 

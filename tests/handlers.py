@@ -138,3 +138,51 @@ def stepped(payload: dict[str, Any], ctx: TaskContext) -> None:
         while not r.exists(f"{payload['k']}:go:{i}") and time.monotonic() < deadline:
             time.sleep(0.02)
     ctx.progress(steps, steps, "finished")
+
+
+@handler("guarded")
+def guarded(payload: dict[str, Any], ctx: TaskContext) -> None:
+    """Payload {"k": key base, "seconds": S, "then_seconds": S2, "check_ms": M}: works S
+    seconds (the first run logged; S2 for the runs after it), calling ctx.check() every M ms
+    (0: never, a handler that ignores it). Logs "start <task> <worker> <unix ms>" when it
+    begins and "exit <task> <worker> <unix ms> <how>" whenever it returns or raises (how: end,
+    or the exception's name) to the list <k>:log. A run cut off with its process (the thread
+    killed) logs no exit."""
+    r = ctx.queue.redis
+    log = f"{payload['k']}:log"
+    first = r.rpush(log, f"start {ctx.task_id} {ctx.worker} {int(time.time() * 1000)}") == 1
+    how = "end"
+    try:
+        seconds = payload["seconds"] if first else payload.get("then_seconds", 0.2)
+        deadline = time.monotonic() + float(seconds)
+        step = float(payload["check_ms"]) / 1000
+        while (left := deadline - time.monotonic()) > 0:
+            if step:
+                ctx.check()
+            time.sleep(min(left, step or 0.05))
+    except BaseException as exc:
+        how = type(exc).__name__
+        raise
+    finally:
+        r.rpush(log, f"exit {ctx.task_id} {ctx.worker} {int(time.time() * 1000)} {how}")
+
+
+@handler("announced")
+def announced(payload: dict[str, Any], ctx: TaskContext) -> None:
+    """Payload {"k": key, "queues": [names]}: records, in the hash <k>, each queue's announced
+    handlers while this worker runs ("<queue>" -> "<worker>:<handler> ..." sorted)."""
+    from core.queue import Queue, handlers
+
+    r = ctx.queue.redis
+    for name in payload["queues"]:
+        offered = handlers.known(Queue(r, name, prefix=ctx.queue.keys.prefix))
+        r.hset(payload["k"], name, " ".join(f"{o.worker}:{n}" for n, o in offered.items()))
+
+
+@handler("otel_modules")
+def otel_modules(payload: dict[str, Any], ctx: TaskContext) -> list[str]:
+    """The OpenTelemetry and core.tracing modules this worker process has imported (issue 38:
+    with tracing off, no more than redis-py imports itself)."""
+    import sys
+
+    return sorted(m for m in sys.modules if m.startswith(("opentelemetry", "core.tracing")))

@@ -3,12 +3,17 @@ requests fast, and comparing the database with Redis."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 from core.mirror import MirrorConfig, Totals, run_mirror
 from core.queue import Queue
 from core.queue.models import STATES
 
+ROOT = Path(__file__).resolve().parents[1]
 # Hash fields a Request row mirrors under the same name.
 COMPARED = ("state", "priority", "concurrency", "tenant", "handler", "max_attempts", "total",
             "waiting", "leased", "delayed", "done", "dead", "cancelled")
@@ -61,3 +66,41 @@ def assert_db_equals_redis(q: Queue) -> None:
     wrong = [rid for rid in expected if expected[rid] != got[rid]]
     assert not wrong, f"{len(wrong)} rows differ, e.g. {wrong[0]}: {got[wrong[0]]} != " \
                       f"{expected[wrong[0]]}"
+
+
+# -- mirror processes of their own (a database that the test's processes share) -------------
+
+
+def process_env(
+    database_url: str, tmp_path: Path, redis_url: str = "", prefix: str = ""
+) -> dict[str, str]:
+    """The environment of a `manage.py` process on `database_url` (and a Redis, if given)."""
+    return os.environ | {
+        "DATABASE_URL": database_url, "DJANGO_SETTINGS_MODULE": "queueadmin.settings",
+        "SECRET_KEY": "mirror-tests", "QA_VAR_DIR": str(tmp_path / "var"),
+        **({"REDIS_URL": redis_url, "QUEUE_PREFIX": prefix} if redis_url else {}),
+    }
+
+
+def migrate_database(database_url: str, tmp_path: Path) -> None:
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, check=True,
+                   env=process_env(database_url, tmp_path))
+
+
+def db_query(database_url: str, sql: str) -> list[tuple[Any, ...]]:
+    """The rows of `sql`, straight from the database at `database_url`."""
+    if database_url.startswith("sqlite"):
+        import sqlite3
+
+        with sqlite3.connect(database_url.removeprefix("sqlite:///")) as c:
+            return c.execute(sql).fetchall()
+    import psycopg
+
+    with psycopg.connect(database_url) as c:
+        return c.execute(sql).fetchall()
+
+
+def db_rows(database_url: str) -> list[tuple[Any, ...]]:
+    """(request_id, state, ...) of every Request row of queue q, straight from the database."""
+    columns = ", ".join(["request_id", *COMPARED])
+    return db_query(database_url, f"SELECT {columns} FROM core_request WHERE queue = 'q'")

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from core.pipeline import jobs, spark
+from core.pipeline import jobs, spark_target
 from core.pipeline.check import make_spec
 from core.pipeline.spec import JobSpec
 from core.queue import Queue
@@ -22,8 +22,8 @@ CARRIERS = ["AA", "B6", "DL", "UA", "WN"]
 
 
 # The suite's Spark JVMs compile with C1 alone: on its small data they start sooner and run
-# each job faster (core.pipeline.spark.QUICK_JIT).
-TEST_JAVA_OPTIONS = spark.QUICK_JIT
+# each job faster (core.pipeline.spark_target.QUICK_JIT).
+TEST_JAVA_OPTIONS = spark_target.QUICK_JIT
 
 
 def jar_dir() -> Path:

@@ -7,8 +7,7 @@ from argparse import ArgumentParser
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from django.core.management.base import CommandError
-
+from core.cli import bad_input
 from core.queue import InvalidInput
 from core.queue.due import parse_at, parse_delay
 
@@ -35,14 +34,14 @@ def add_due_options(parser: ArgumentParser) -> None:
 def due_from(due_in: str | None, due_at: str | None) -> Due:
     """The options' due time; CommandError saying what to write for a bad one."""
     if due_in is not None and due_at is not None:
-        raise CommandError("give --in or --at, not both")
+        raise bad_input("give --in or --at, not both")
     try:
         if due_in is not None:
             return Due(delay=parse_delay(due_in))
         if due_at is not None:
             return Due(run_at=parse_at(due_at))
     except InvalidInput as exc:
-        raise CommandError(f"--{'in' if due_in is not None else 'at'}: {exc}") from exc
+        raise bad_input(f"--{'in' if due_in is not None else 'at'}: {exc}") from exc
     return Due()
 
 

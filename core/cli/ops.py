@@ -17,7 +17,7 @@ from core.ops.actions import PendingRef, Result
 from core.ops.audit import Actor, os_actor
 from core.ops.errors import BadInput, OpsError
 from core.ops.runner import RunnerState, step
-from core.queue import InvalidInput, Queue, introspect
+from core.queue import InvalidInput, Queue, read
 from core.queue.keys import validate_task_id
 
 from . import command_errors
@@ -52,7 +52,7 @@ def _done(result: Result, out: TextIO) -> Result:
 
 
 def _still_dead(q: Queue, ids: list[str]) -> int:
-    return len(introspect.dead_letters_present(q, ids))
+    return len(read.dead_letters_present(q, ids))
 
 
 def requeue(
@@ -93,7 +93,7 @@ def requeue(
                 actions.check_permission(actor, "requeue", queue, f"request {request}", 1)
                 q = actions.open_queue(queue)
                 rid = actions._ids([request], "request id", actions._request_id)[0]
-                info = introspect.request(q, rid)
+                info = read.request(q, rid)
                 if info is None:
                     raise BadInput(f"there is no request {rid!r} in queue {queue!r}")
                 return _dry(actor, "requeue", queue, f"all dead letters of request {rid}",
@@ -107,7 +107,7 @@ def requeue(
 def _filtered(actor: Actor, action: str, queue: str, filters: dict[str, str], dry_run: bool,
               out: TextIO) -> int:
     """A bulk action run here and now: its snapshot, then chunk after chunk."""
-    made = bulk.preview(actor, action, queue, filters)
+    made = bulk.preview(actor, action, queue, filters, audited=False)  # the run's entry says it
     if dry_run:
         made.status = "stopped"
         made.save(update_fields=["status"])
@@ -140,7 +140,7 @@ def cancel(*, queue: str, ids: Sequence[str], out: TextIO, dry_run: bool = False
                                      len(id_list))
             q = actions.open_queue(queue)
             valid = actions._ids(id_list, "request id", actions._request_id)
-            states = introspect.requests_many(q, valid)
+            states = read.requests_many(q, valid)
             n = sum(1 for info in states.values() if info.state in ("open", "active"))
             return _dry(actor, "cancel", queue, audit.describe_ids(valid), n, out, "requests")
         return _done(actions.cancel(actor, queue, id_list), out).acted
@@ -163,7 +163,7 @@ def move(*, action: str, queue: str, request: str, tasks: Sequence[str], holder:
             refs = actions._refs(refs)
             held = 0
             for r in refs:
-                rows = introspect.pending(q, r.request_id, after=_before(r.task_id), count=1)
+                rows = read.pending(q, r.request_id, after=_before(r.task_id), count=1)
                 held += bool(rows and rows[0].task_id == r.task_id
                              and rows[0].consumer == holder and rows[0].idle_ms >= r.idle_ms)
             return _dry(actor, action, queue, f"{len(refs)} entries held by {holder}", held,

@@ -5,17 +5,18 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from django.conf import settings
-from rich.console import Console
-from rich.table import Table
 
 from core.cli import command_errors
 from core.conf import DEFAULT_QUEUE, get_queue, redis_client
-from core.queue import introspect
-from core.queue.introspect import QueueStats
+from core.queue import read
 from core.queue.models import STATES
+from core.queue.read import QueueStats
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 # Cumulative counters kept by the engine, in the order worth reading them.
 TOTALS = ("submitted", "done", "retried", "failed")
@@ -26,12 +27,12 @@ def collect(queues: Sequence[str] = ()) -> list[QueueStats]:
     registry (by name), or of the default queue while the registry is empty."""
     with command_errors("queuestat"):
         names = list(dict.fromkeys(queues)) or all_queues()
-        return [introspect.stats(get_queue(name)) for name in names]
+        return [read.stats(get_queue(name)) for name in names]
 
 
 def all_queues() -> list[str]:
     """Every registered queue under settings.QUEUE_PREFIX; the default queue if none is."""
-    return introspect.queues(redis_client(), prefix=settings.QUEUE_PREFIX) or [DEFAULT_QUEUE]
+    return read.queues(redis_client(), prefix=settings.QUEUE_PREFIX) or [DEFAULT_QUEUE]
 
 
 def queuestat(
@@ -43,12 +44,16 @@ def queuestat(
     if as_json:
         stdout.write(json.dumps({"queues": [s.as_dict() for s in stats]}, indent=2) + "\n")
     else:
+        from rich.console import Console  # not for --json
+
         Console(file=stdout).print(table(stats))
     return stats
 
 
 def table(stats: Sequence[QueueStats]) -> Table:
     """One column per queue, one row per measure."""
+    from rich.table import Table
+
     t = Table(title="queue stats", title_justify="left")
     t.add_column("")
     for s in stats:
@@ -61,6 +66,9 @@ def table(stats: Sequence[QueueStats]) -> Table:
     priorities = sorted({p for s in stats for p in s.waiting_by_priority}, reverse=True)
     for p in priorities:
         row(f"  priority {p}", [s.waiting_by_priority.get(p, 0) for s in stats])
+    # Waiting for a handler no live worker runs: no other worker takes them (issue 33).
+    for h in sorted({h for s in stats for h in s.unrunnable}):
+        row(f"  no live worker runs {h}", [s.unrunnable.get(h, 0) for s in stats])
     row("leased", [s.leased for s in stats])
     row("delayed", [s.delayed for s in stats])
     row("dead letters", [s.dead for s in stats])

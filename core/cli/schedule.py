@@ -9,14 +9,13 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, TextIO
 
-from django.core.management.base import CommandError
-
 from core.ops import audit
 from core.ops import schedules as ops
 from core.ops.audit import Actor, os_actor
+from core.queue.read.schedules import Run, ScheduleState
 from core.queue.schedule.spec import Schedule, parse_every, parse_time, slot_time
-from core.queue.schedule.store import Run, ScheduleState
 
+from . import bad_input
 from .ops import ops_errors
 from .submit import read_tasks
 
@@ -35,10 +34,10 @@ def build(
             try:
                 job_spec = json.loads(job)
             except json.JSONDecodeError as exc:
-                raise CommandError(f"--job is not JSON ({exc.msg} at column {exc.colno}): "
+                raise bad_input(f"--job is not JSON ({exc.msg} at column {exc.colno}): "
                                    "give a data job's spec as a JSON object") from exc
             if not isinstance(job_spec, dict):
-                raise CommandError("--job must be a JSON object (a data job's spec)")
+                raise bad_input("--job must be a JSON object (a data job's spec)")
         tasks = [t for _, t in read_tasks(task_args, file)] if job is None else []
         return Schedule(
             name=name, queue=queue or "default", handler=handler, tasks=tasks,

@@ -5,35 +5,40 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import time
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import Any, NamedTuple, TextIO
 
 from django.core.management.base import CommandError
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-)
 
-from core.cli import CliError, command_errors
+from core import tracing
+from core.cli import CliError, bad_input, command_errors, warn_if_paused
 from core.cli.due import Due, describe
 from core.conf import get_queue
-from core.queue import PayloadTooLarge, Queue, handlers, introspect
+from core.queue import PayloadTooLarge, Queue, handlers
 from core.queue.errors import InvalidPayload, UnknownHandlerWarning
-from core.queue.models import RequestInfo
+from core.queue.models import TERMINAL_STATES, RequestInfo, Submitted
+
+# rich (the progress bar) and the engine's introspection are imported by --wait, which alone
+# needs them: a plain submit answers sooner (tests/ops/test_cli_startup.py).
 
 POLL_S = 0.2
 JSON_OPENERS = ("{", "[", '"')
 
 # Where a task came from ("argument 2", "tasks.jsonl line 7"), so errors can point at it.
 Sourced = tuple[str, Any]
+
+
+class Unique(NamedTuple):
+    """--unique-key, --unique-scope, --on-duplicate, as Queue.submit takes them."""
+
+    unique_key: str
+    unique_scope: str = "active"
+    on_duplicate: str = "return"
 
 
 @dataclass(frozen=True)
@@ -74,13 +79,13 @@ def parse_argument(position: int, text: str) -> Any:
     try:
         return loads(text)
     except NotJSON as exc:
-        raise CommandError(
+        raise bad_input(
             f"argument {position}: {exc} (JSON has no NaN or Infinity); quote it to send "
             f"the text: '\"{_clip(text)}\"'"
         ) from exc
     except json.JSONDecodeError as exc:
         if text.lstrip().startswith(JSON_OPENERS):
-            raise CommandError(
+            raise bad_input(
                 f"argument {position} is not valid JSON ({exc.msg} at column {exc.colno}): "
                 f"{_clip(text)}"
             ) from exc
@@ -98,7 +103,7 @@ def read_jsonl(path: str, *, stdin: TextIO | None = None) -> list[Sourced]:
         with open(path, "rb") as f:
             return _parse_lines(f, path)
     except OSError as exc:
-        raise CommandError(f"cannot read task file {path}: {exc.strerror or exc}") from exc
+        raise bad_input(f"cannot read task file {path}: {exc.strerror or exc}") from exc
 
 
 def _parse_lines(lines: Iterable[str | bytes], label: str) -> list[Sourced]:
@@ -107,17 +112,17 @@ def _parse_lines(lines: Iterable[str | bytes], label: str) -> list[Sourced]:
         try:
             line = raw.decode("utf-8") if isinstance(raw, bytes) else raw
         except UnicodeDecodeError as exc:
-            raise CommandError(f"{label}, line {number}: not UTF-8 text ({exc.reason})") from exc
+            raise bad_input(f"{label}, line {number}: not UTF-8 text ({exc.reason})") from exc
         if not line.strip():
             continue
         try:
             out.append((f"{label} line {number}", loads(line)))
         except NotJSON as exc:
-            raise CommandError(
+            raise bad_input(
                 f"{label}, line {number}: {exc} (JSON has no NaN or Infinity)"
             ) from exc
         except json.JSONDecodeError as exc:
-            raise CommandError(
+            raise bad_input(
                 f"{label}, line {number}: not valid JSON ({exc.msg} at column {exc.colno}); "
                 "each line must hold one JSON value"
             ) from exc
@@ -150,6 +155,8 @@ def submit(
     timeout: float | None = None,
     print_results: bool = False,
     due: Due | None = None,
+    resources: Sequence[str] = (),
+    unique: Unique | None = None,
     stdin: TextIO | None = None,
     stdout: TextIO | None = None,
     stderr: TextIO | None = None,
@@ -162,56 +169,40 @@ def submit(
 
     `handler` must name a handler that a worker of the queue has announced, unless
     `any_handler` (for a producer that starts before its workers). With `due` the request
-    is delayed (scheduled) until then."""
+    is delayed (scheduled) until then. `resources`: the named resources its tasks use (the
+    limits on them apply). With `unique` (its key, scope and what a duplicate does), a submit
+    while another request holds the key creates nothing: the holder's id is printed, and
+    stderr says so."""
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
-    if timeout is not None and not wait:
-        raise CommandError("--timeout applies only with --wait")
-    if print_results and not wait:
-        raise CommandError("--print-results applies only with --wait")
-    if timeout is not None and timeout <= 0:
-        raise CommandError(f"--timeout must be a positive number of seconds, got {timeout}")
+    _check_wait_options(wait, timeout, print_results)
     sourced = read_tasks(task_args, file, stdin=stdin)
     if not sourced:
-        raise CommandError(
+        raise bad_input(
             "nothing to submit: give tasks as JSON arguments, or --file FILE.jsonl (- for stdin)"
         )
     options: dict[str, Any] = {
         k: v
         for k, v in {
             "priority": priority, "concurrency": concurrency, "tenant": tenant,
-            "max_attempts": max_attempts,
+            "max_attempts": max_attempts, "resources": list(resources) or None,
         }.items()
         if v is not None
     }
     with command_errors("submit"):
         q = get_queue(queue)
         handler = check_handler(q, handler, any_handler=any_handler)
-        try:
-            with warnings.catch_warnings():
-                # Checked above, or deliberately overridden: the engine's warning adds nothing.
-                warnings.simplefilter("ignore", UnknownHandlerWarning)
-                sub = q.submit(
-                    [t for _, t in sourced], handler=handler, request_id=request_id,
-                    run_at=due.run_at if due else None, delay=due.delay if due else None,
-                    **options,
-                )
-        except PayloadTooLarge as exc:
-            raise CommandError(_too_large(exc, sourced, q.max_payload_bytes)) from exc
-        except InvalidPayload as exc:
-            raise CommandError(_named(exc, sourced)) from exc
-    stdout.write(f"{sub.request_id}\n")
-    stdout.flush()
-    if sub.created and due and (line := describe(sub.state, sub.due_ms, due)):
-        stderr.write(line + "\n")
-    if not sub.created:
-        stderr.write(
-            f"request {sub.request_id} already exists in queue {q.name} (state {sub.state}, "
-            f"{sub.total} tasks); nothing was submitted\n"
-        )
-    outcome = SubmitOutcome(sub.request_id, sub.created, sub.total, sub.state)
+        sub = _submitted(q, sourced, handler, request_id, due, options, unique)
+    _say_submitted(q, sub, due, stdout, stderr, unique if request_id != sub.request_id else None)
     if not wait:
-        return outcome
+        return SubmitOutcome(sub.request_id, sub.created, sub.total, sub.state)
+    return _followed(q, sub, timeout, print_results, stdout, stderr)
+
+
+def _followed(q: Queue, sub: Submitted, timeout: float | None, print_results: bool,
+              stdout: TextIO, stderr: TextIO) -> SubmitOutcome:
+    """--wait: the request followed to its end (its results printed first, if asked);
+    CommandError unless it ends done."""
     with command_errors("wait"):
         info = wait_for(q, sub.request_id, timeout=timeout, stderr=stderr)
     if print_results:
@@ -224,6 +215,66 @@ def submit(
             f"{info.dead} dead-lettered, {info.cancelled} cancelled"
         )
     return SubmitOutcome(sub.request_id, sub.created, sub.total, info.state)
+
+
+def _check_wait_options(wait: bool, timeout: float | None, print_results: bool) -> None:
+    """--timeout and --print-results apply only with --wait (refused before anything)."""
+    if timeout is not None and not wait:
+        raise bad_input("--timeout applies only with --wait")
+    if print_results and not wait:
+        raise bad_input("--print-results applies only with --wait")
+    if timeout is not None and timeout <= 0:
+        raise bad_input(f"--timeout must be a positive number of seconds, got {timeout}")
+
+
+def _submitted(q: Queue, sourced: list[Sourced], handler: str, request_id: str | None,
+               due: Due | None, options: dict[str, Any], unique: Unique | None) -> Submitted:
+    """The request submitted; a task the engine refuses is named by where it came from."""
+    try:
+        with warnings.catch_warnings():
+            # Checked already, or deliberately overridden: the engine's warning adds nothing.
+            warnings.simplefilter("ignore", UnknownHandlerWarning)
+            # TRACEPARENT: a calling program's trace context (OpenTelemetry's environment
+            # carrier), kept with the request as the API keeps its header's (issue 38).
+            with tracing.incoming(os.environ.get("TRACEPARENT")) as tp:
+                return q.submit(
+                    [t for _, t in sourced], handler=handler, request_id=request_id,
+                    run_at=due.run_at if due else None, delay=due.delay if due else None,
+                    traceparent=tp, **(unique._asdict() if unique else {}), **options,
+                )
+    except PayloadTooLarge as exc:
+        raise bad_input(_too_large(exc, sourced, q.max_payload_bytes)) from exc
+    except InvalidPayload as exc:
+        raise bad_input(_named(exc, sourced)) from exc
+
+
+def _say_submitted(q: Queue, sub: Submitted, due: Due | None, stdout: TextIO,
+                   stderr: TextIO, duplicate_of: Unique | None = None) -> None:
+    """The request's id on stdout; on stderr, when it is due, that it existed already (or
+    that it holds the unique key: a refused duplicate), or that its queue is paused."""
+    stdout.write(f"{sub.request_id}\n")
+    stdout.flush()
+    if sub.created and due and (line := describe(sub.state, sub.due_ms, due)):
+        stderr.write(line + "\n")
+    if not sub.created and duplicate_of is not None:
+        stderr.write(_duplicate(q, sub, duplicate_of) + "\n")
+    elif not sub.created:
+        stderr.write(
+            f"request {sub.request_id} already exists in queue {q.name} (state {sub.state}, "
+            f"{sub.total} tasks); nothing was submitted\n"
+        )
+    if sub.state not in TERMINAL_STATES:
+        with command_errors("submit"):
+            warn_if_paused(q, f"request {sub.request_id}", stderr)
+
+
+def _duplicate(q: Queue, sub: Submitted, unique: Unique) -> str:
+    """What stderr says of a refused duplicate."""
+    done = {"replace": "; its tasks were replaced by these if none had started",
+            "delay": "; its due time was moved to this submit's if that is later"}
+    return (f"duplicate: request {sub.request_id} holds unique key {unique.unique_key!r} in "
+            f"queue {q.name} (state {sub.state}, {sub.total} tasks); nothing new was submitted"
+            f"{done.get(unique.on_duplicate, '')}")
 
 
 def write_results(results: dict[str, Any], stdout: TextIO) -> None:
@@ -246,10 +297,10 @@ def check_handler(q: Queue, handler: str | None, *, any_handler: bool = False) -
     else:
         known = "no worker of it has announced any handler yet (is one running?)"
     if handler is None:
-        raise CommandError(
+        raise bad_input(
             f"give --handler NAME, the handler that runs each task; queue {q.name}: {known}"
         )
-    raise CommandError(
+    raise bad_input(
         f"no worker of queue {q.name} runs handler {handler!r}; {known}. Start a worker "
         "that registers it (runworker --import MODULE), or pass --any-handler to submit "
         "anyway (the tasks wait until such a worker starts)"
@@ -262,6 +313,17 @@ def wait_for(
     """Poll the request's counters into a progress bar until it finishes; its final info.
 
     Raises CommandError on timeout or Ctrl-C (the request itself keeps running)."""
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    from core.queue import read
+
     deadline = None if timeout is None else time.monotonic() + timeout
     console = Console(file=stderr or sys.stderr)
     columns = (
@@ -272,7 +334,7 @@ def wait_for(
         with Progress(*columns, console=console) as progress:
             bar = progress.add_task(request_id, total=None, detail="")
             while True:
-                info = introspect.request(q, request_id)
+                info = read.request(q, request_id)
                 if info is None:
                     raise CommandError(
                         f"request {request_id} is gone from queue {q.name} (expired?)"
@@ -318,3 +380,13 @@ def _named(exc: InvalidPayload, sourced: list[Sourced]) -> str:
 
 def _clip(text: str, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def unique_from(key: str | None, scope: str | None, on_duplicate: str | None) -> Unique | None:
+    """--unique-key and its options as a Unique; CommandError (exit 2) for a scope or an
+    on-duplicate without a key."""
+    if key is None:
+        if scope is not None or on_duplicate is not None:
+            raise bad_input("--unique-scope and --on-duplicate go with --unique-key K")
+        return None
+    return Unique(key, scope or "active", on_duplicate or "return")

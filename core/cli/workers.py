@@ -13,7 +13,7 @@ from django.core.management.base import CommandError
 from core.ops import workers
 from core.ops.actions import Result, open_queue
 from core.ops.audit import Actor, os_actor
-from core.queue import Queue, introspect
+from core.queue import Queue, read
 from core.queue.models import WorkerInfo
 
 from .ops import ops_errors
@@ -39,7 +39,7 @@ def control(*, command: str, worker: str, out: TextIO, queue: str | None = None,
 def _wait(command: str, worker: str, home: Queue, timeout: float, out: TextIO) -> None:
     deadline = time.monotonic() + timeout
     while True:
-        found = introspect.worker(home, worker)
+        found = read.worker(home, worker)
         if _done(command, found):
             out.write(f"worker {worker}: {_state(command)}\n")
             return

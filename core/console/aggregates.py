@@ -12,15 +12,13 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import TypeVar, cast
 
-import redis
 from django.conf import settings
 from django.core.cache import cache
 
 from core.conf import redis_client
-from core.queue import Queue, introspect
-from core.queue.client import translated
+from core.queue import Queue, read
 
 T = TypeVar("T")
 DEFAULT_CACHE_S = 1.0
@@ -50,7 +48,7 @@ def cached(key: str, compute: Callable[[], T], *, factor: float = 1.0) -> T:
 @dataclass(frozen=True)
 class QueueSummary:
     name: str
-    stats: introspect.QueueStats
+    stats: read.QueueStats
     now_ms: int
     registered_workers: int  # in the registry, live or not (until pruned)
     expired_leases: int  # leases past their expiry that the reaper has not recovered yet
@@ -80,58 +78,24 @@ def summary(queue: Queue) -> QueueSummary:
 
 
 def _summary(queue: Queue) -> QueueSummary:
-    stats = introspect.stats(queue, worker_timeout_ms=LIVE_WORKER_MS)
-    a = introspect.attention(queue, checked=OLDEST_CHECKED)
+    stats = read.stats(queue, worker_timeout_ms=LIVE_WORKER_MS)
+    a = read.attention(queue, checked=OLDEST_CHECKED)
     return QueueSummary(queue.name, stats, a.now_ms, a.registered_workers, a.expired_leases,
                         a.oldest_waiting_ms)
 
 
-@dataclass(frozen=True)
-class RedisHealth:
-    version: str
-    uptime_s: int
-    used_memory: str
-    maxmemory: str
-    clients: int
-    aof: bool
-    appendfsync: str  # "" when CONFIG is not allowed (a managed Redis)
-    rdb_status: str
-    nodes: int
+def mirror_lag(queue: Queue, group: str = "mirror") -> float | None:
+    """How far the database's history is behind the queue, in seconds: the age of the oldest
+    event (or dead letter) the mirror's consumer group has not written yet; 0.0 when it has
+    them all, None when no mirror has ever read the queue (cached)."""
+    from core.queue.follow import lag
 
-    @property
-    def uptime_ms(self) -> int:
-        return self.uptime_s * 1000
+    # In a tuple: the cache cannot tell a None it holds from a miss.
+    held: tuple[float | None] = cached(f"mirror-lag|{queue.keys.prefix}|{queue.name}|{group}",
+                                       lambda: (lag(queue, group, now_ms=queue.now_ms()),))
+    return held[0]
 
 
-def redis_health() -> RedisHealth:
+def redis_health() -> read.RedisHealth:
     """INFO of the console's Redis (one node of a cluster), cached."""
-    return cached("health", _redis_health)
-
-
-def _redis_health() -> RedisHealth:
-    client: Any = redis_client()
-    with translated("redis info"):
-        info = client.info()
-    # A cluster client asks one node; the page says how many primaries the cluster has.
-    nodes = len(client.get_primaries()) if hasattr(client, "get_primaries") else 1
-    if "redis_version" not in info:  # answers per node
-        info = next(iter(info.values()))
-    fsync = ""
-    try:
-        got = client.config_get("appendfsync")
-        got = next(iter(got.values())) if got and isinstance(next(iter(got.values())), dict) \
-            else got
-        fsync = str(got.get("appendfsync", ""))
-    except (redis.ResponseError, redis.ConnectionError, redis.TimeoutError):
-        pass  # CONFIG disabled (managed Redis): the page says "not readable"
-    return RedisHealth(
-        version=str(info.get("redis_version", "")),
-        uptime_s=int(info.get("uptime_in_seconds", 0)),
-        used_memory=str(info.get("used_memory_human", "")),
-        maxmemory=str(info.get("maxmemory_human", "0B")),
-        clients=int(info.get("connected_clients", 0)),
-        aof=bool(int(info.get("aof_enabled", 0))),
-        appendfsync=fsync,
-        rdb_status=str(info.get("rdb_last_bgsave_status", "")),
-        nodes=nodes,
-    )
+    return cached("health", lambda: read.redis_health(redis_client()))

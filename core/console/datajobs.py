@@ -1,20 +1,27 @@
 """What the Data jobs page shows of a job, read without Spark: its status from Redis (the
-pipeline's own record), and the first rows of a complete output read with pyarrow."""
+pipeline's own record) while Redis has it, else from the database (the mirror's copy:
+core.mirror.datajobs), with its split, timings and EXPLAIN texts either way; the list of jobs
+from the database; and the first rows of a complete output read with pyarrow."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from core.mirror.fingerprint import fingerprint
+from core.mirror.datajobs import group_of, status_of
+from core.models.datajobs import DataJob
 from core.pipeline import jobs, roots
 from core.pipeline.spec import SUCCESS, JobSpec, SpecError
-from core.queue import Queue, introspect
+from core.queue import Queue, read
 from core.queue.models import DeadLetter
+
+from . import jobtime
 
 PREVIEW_ROWS = 20
 
@@ -34,6 +41,9 @@ class Chunk:
     seconds: float | None = None
     attempt: int | None = None
     worker: str = ""
+    input_bytes: int | None = None  # as Spark reported them (None: it did not)
+    shuffle_read: int | None = None
+    shuffle_write: int | None = None
     reason: str = ""  # failed: the dead letter's error, shortened
     letter: str = ""  # failed: the dead letter's id
     fingerprint: str = ""  # failed: its group on the Dead letters page
@@ -80,12 +90,12 @@ def chunks_of(st: jobs.JobStatus, running: frozenset[int] = frozenset()) -> list
         r = st.reports.get(k)
         letter = dead.get(k)
         if r is not None:
-            out.append(Chunk(k, "done", r.rows_in, r.rows_out, r.seconds, r.attempt, r.worker))
+            out.append(Chunk(k, "done", r.rows_in, r.rows_out, r.seconds, r.attempt, r.worker,
+                             r.input_bytes, r.shuffle_read_bytes, r.shuffle_write_bytes))
         elif letter is not None:
             out.append(Chunk(k, "failed", attempt=letter.attempts, worker=letter.worker,
                              reason=reason(letter.error, f"chunk {k} of job {st.job_id}"),
-                             letter=letter.id,
-                             fingerprint=fingerprint(letter.handler, letter.error).fingerprint))
+                             letter=letter.id, fingerprint=group_of(letter)))
         elif st.cancelled:  # never to run (one still stopping is released, not finished)
             out.append(Chunk(k, "cancelled"))
         elif k in running:
@@ -101,12 +111,12 @@ def running_chunks(q: Queue, st: jobs.JobStatus) -> frozenset[int]:
     one pipelined read of the leased tasks' payloads. Nothing read unless some are leased."""
     if st.finished or st.request is None or st.request.leased == 0:
         return frozenset()
-    leased = [e.task_id for e in introspect.pending(q, st.job_id, count=RUNNING_SCAN)
+    leased = [e.task_id for e in read.pending(q, st.job_id, count=RUNNING_SCAN)
               if not e.consumer.startswith("~")]
     if not leased:
         return frozenset()
     out = set()
-    for text in introspect.task_payloads(q, st.job_id, leased).values():
+    for text in read.task_payloads(q, st.job_id, leased).values():
         k = _chunk_of(text)
         if k is not None:
             out.add(k)
@@ -142,8 +152,7 @@ def unsplit(st: jobs.JobStatus) -> Unsplit | None:
     for d in reversed(st.letters):
         if _op_of(d.payload) == "split":
             why = reason(d.error, f"the split of job {st.job_id}")
-            return Unsplit(f"The split failed: {why}", d.id,
-                           fingerprint(d.handler, d.error).fingerprint)
+            return Unsplit(f"The split failed: {why}", d.id, group_of(d))
     first = st.failures[0] if st.failures else "no dead letter says why"
     return Unsplit(f"The job failed before its split counted the chunks: {first}")
 
@@ -267,3 +276,108 @@ def manifest_text(st: jobs.JobStatus) -> str:
 
 def status(q: Queue, job_id: str) -> jobs.JobStatus:
     return jobs.status(q, job_id)
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the job's page shows beside its status: where it was read, its split, its
+    timings and Spark's EXPLAIN of its SQL (captured at the split)."""
+
+    source: str  # "redis" (live) or "database" (Redis has forgotten the job)
+    copied_at: datetime | None = None  # database: when the mirror last copied it
+    split_how: str = ""
+    input_rows: int | None = None
+    split_seconds: float | None = None
+    created_at: datetime | None = None
+    finished_at: datetime | None = None
+    explain_sql: str = ""
+    explain_combine: str = ""
+    figures: dict[str, str] = field(default_factory=dict)  # the record's timings (jobtime)
+
+    @property
+    def live(self) -> bool:
+        return self.source == "redis"
+
+
+def _ms(text: str | None) -> datetime | None:
+    return datetime.fromtimestamp(int(text) / 1000, tz=UTC) if text and text.isdigit() else None
+
+
+def _num(text: str | None) -> float | None:
+    try:
+        return float(text) if text else None
+    except ValueError:
+        return None
+
+
+def _record_facts(rec: dict[str, str], st: jobs.JobStatus) -> Facts:
+    rows = rec.get("rows", "")
+    ends = [r.finished_ms for r in (st.request, st.combine) if r is not None and r.finished_ms]
+    return Facts("redis", None, rec.get("split", ""),
+                 int(rows) if rows.isdigit() else None, _num(rec.get("split_seconds")),
+                 _ms(rec.get("created_ms")),
+                 _ms(str(max(ends))) if st.finished and ends else None,
+                 rec.get("explain_sql", ""), rec.get("explain_combine", ""),
+                 {k: rec[k] for k in jobtime.FIGURES if k in rec})
+
+
+def time_bars(st: jobs.JobStatus, facts: Facts) -> jobtime.JobTime | None:
+    """Where the job's time went (its page's bars)."""
+    return jobtime.of_status(st.manifest, facts.figures,
+                             [dataclasses.asdict(r) for r in st.reports.values()])
+
+
+def _row_facts(row: DataJob) -> Facts:
+    return Facts("database", row.updated_at, row.split_how, row.input_rows, row.split_seconds,
+                 row.created_at, row.finished_at, row.explain_sql, row.explain_combine)
+
+
+def shown(q: Queue, job_id: str) -> tuple[jobs.JobStatus, Facts] | None:
+    """The job as its page shows it: from Redis while its record and requests are there, else
+    from the database (the mirror's copy); None when neither has it."""
+    rec = jobs.records(q).all(job_id)
+    live = jobs.status(q, job_id, rec) if "spec" in rec else None
+    if live is not None and live.state != "expired":
+        return live, _record_facts(rec, live)
+    row = DataJob.objects.filter(queue=q.name, job_id=job_id).first()
+    if row is not None:
+        return status_of(row, row.chunk_rows.all()), _row_facts(row)
+    # Its requests expired and the mirror never copied it: what its record still says.
+    return None if live is None else (live, _record_facts(rec, live))
+
+
+@dataclass(frozen=True)
+class Listed:
+    """A job's line in the list: its row, with a running job's state read live."""
+
+    job_id: str
+    state: str
+    spec: JobSpec | None
+    chunks: int | None
+    done_chunks: int
+    created_at: datetime
+    finished: bool
+
+
+LIST_COLUMNS = ("id", "queue", "job_id", "state", "spec", "chunks", "chunks_done",
+                "created_at", "finished_at")
+
+
+def listed(q: Queue, rows: list[DataJob]) -> list[Listed]:
+    """The lines of a page of the list: each row as the database has it; a job not finished
+    there is read from Redis (its record and requests), which the mirror copies every few
+    seconds, so that the first page moves as its jobs run."""
+    out = []
+    for row in rows:
+        try:
+            spec: JobSpec | None = JobSpec.from_dict(json.loads(row.spec))
+        except (ValueError, TypeError, KeyError):
+            spec = None
+        state, chunks, done = row.state, row.chunks, row.chunks_done
+        if row.finished_at is None and spec is not None:
+            st = jobs.status(q, row.job_id)
+            if st.spec is not None and st.state != "expired":
+                state, chunks, done = st.state, st.chunks, len(st.reports)
+        out.append(Listed(row.job_id, state, spec, chunks, done, row.created_at,
+                          state in ("done", "failed", "cancelled", "expired")))
+    return out

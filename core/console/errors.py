@@ -3,35 +3,26 @@ reached or cannot serve anyone for a while (LOADING, BUSY...). Never a traceback
 request tries again, so the console recovers by itself.
 
 Any other error reply (WRONGTYPE, an id Redis will not parse...) is Redis refusing one
-command: Redis is up, so it is a 400 page with its reply, never the outage banner."""
+command: Redis is up, so it is a 400 page with its reply, never the outage banner. Which
+reply is which is the engine's to say (core.queue.replies)."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
 
-import redis
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from core.conf import DEFAULT_QUEUE, redacted
-from core.queue import QueueadminError, RedisReplyError, RedisUnavailable
+from core.queue import QueueadminError, RedisReplyError, RedisUnavailable, replies
 
 log = logging.getLogger("queueadmin.console")
 
 
 class ConsoleError(QueueadminError):
     """Root of what the console's own code raises (a user that cannot be made as asked...)."""
-
-# Error replies that say Redis cannot serve anyone for a while, rather than refusing this one
-# command: a script past its time limit, loading its data, a failover, a cluster slot
-# without master, no memory, a replica that may not write, a failed save that stops writes.
-PASSING_REPLIES = frozenset({"BUSY", "LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN",
-                             "OOM", "READONLY", "MISCONF", "NOREPLICAS"})
-# redis-py strips the code from these and says it with the class instead.
-PASSING_CLASSES = (redis.exceptions.ReadOnlyError, redis.exceptions.OutOfMemoryError,
-                   redis.exceptions.ClusterDownError, redis.exceptions.TryAgainError)
 
 
 def error_page(request: HttpRequest, status: int, title: str, message: str) -> HttpResponse:
@@ -60,27 +51,6 @@ def server_error(request: HttpRequest) -> HttpResponse:
     return error_page(request, 500, "Server error", "Something went wrong; it has been logged.")
 
 
-def _reply(exception: BaseException) -> redis.ResponseError | None:
-    """The error reply of Redis behind `exception` (the engine chains it as the cause)."""
-    seen: BaseException | None = exception
-    while seen is not None:
-        if isinstance(seen, redis.ResponseError):
-            return seen
-        seen = seen.__cause__
-    return None
-
-
-def passing(exception: BaseException) -> bool:
-    """Whether an error reply says Redis cannot serve anyone for a while (an outage), not
-    that it refused this one command."""
-    reply = _reply(exception)
-    if reply is None:
-        return True  # the engine said "refused" without the reply: assume the worst
-    if isinstance(reply, PASSING_CLASSES):
-        return True
-    return str(reply).split(" ", 1)[0] in PASSING_REPLIES
-
-
 class RedisDownMiddleware:
     """Turns an unreachable or busy Redis into the 503 page with its banner, and a command
     Redis refused into a 400 page with its reply."""
@@ -92,17 +62,12 @@ class RedisDownMiddleware:
         return self.get_response(request)
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
-        if isinstance(exception, redis.ConnectionError | redis.TimeoutError):
-            # Not translated by the engine on the way here: unreachable all the same.
-            exception = RedisUnavailable(f"Redis is unreachable ({exception})")
-        elif isinstance(exception, redis.ResponseError):
-            reply = exception
-            exception = RedisReplyError(f"Redis refused the operation ({reply})")
-            exception.__cause__ = reply
+        # One not translated by the engine on the way here is the engine's all the same.
+        exception = replies.engine_error(exception)
         if not isinstance(exception, RedisUnavailable | RedisReplyError):
             return None
         busy = isinstance(exception, RedisReplyError)
-        if busy and not passing(exception):
+        if busy and not replies.passing(exception):
             log.warning("console: Redis refused a command for %s: %s", request.path, exception)
             return error_page(request, 400, "Redis refused the request",
                               f"Redis answered this page with an error: {exception}. Redis is "

@@ -1,7 +1,15 @@
 """Login throttling (django-axes, configured in queueadmin/settings.py) and its audit: every
-failed login is an audit entry; a user name or an address with too many failures is locked
-out for a while, and the login page says so; unlocking from the command line is audited too
-(the Django admin's unlock is audited in core/admin.py)."""
+failed login is an audit entry; too many failures lock logging in for a while, and the login
+page says so; unlocking from the command line is audited too (the Django admin's unlock is
+audited in core/admin.py).
+
+What too many failures lock (lockout_parameters): always the pair (user name, address). A
+user name logging in from an address it logged in from before (LOGIN_KNOWN_ADDRESS_DAYS) is
+locked by that pair alone, so nobody elsewhere, and nobody guessing other names from the same
+address, can lock it out: a guesser cannot shut an admin out. Any other attempt is also
+locked by the user name's failures from every address (guesses spread over many addresses)
+and by the address' failures for every name (one address trying many names).
+"""
 
 from __future__ import annotations
 
@@ -10,11 +18,13 @@ from typing import Any
 
 from axes.backends import AxesStandaloneBackend
 from axes.handlers.database import AxesDatabaseHandler
-from axes.helpers import get_client_ip_address
+from axes.helpers import get_client_ip_address, get_client_username
+from axes.models import AccessBase, AccessLog
 from django.conf import settings
 from django.contrib.auth.forms import AuthenticationForm
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.utils import timezone
 
 from core.ops import audit
 from core.ops.audit import Actor, os_actor
@@ -23,6 +33,7 @@ ACTION = "login"
 UNLOCK = "unlock"
 WRONG = "wrong user name or password"
 LOCKED = "refused: this user name or address is locked out after too many failed logins"
+PAIR = ["username", "ip_address"]
 
 
 class LoginThrottle(AxesStandaloneBackend):
@@ -51,12 +62,44 @@ def client_address(request: HttpRequest) -> str | None:
     return str(address) if address else None
 
 
+def lockout_parameters(request_or_attempt: HttpRequest | AccessBase,
+                       credentials: dict[str, Any] | None = None) -> list[str | list[str]]:
+    """What failed logins count against this attempt (AXES_LOCKOUT_PARAMETERS): the pair
+    (user name, address) alone where that name logged in from that address before, else the
+    pair, the name and the address."""
+    if isinstance(request_or_attempt, AccessBase):
+        username, address = request_or_attempt.username, request_or_attempt.ip_address
+        return [PAIR] if _known(username, address) else [PAIR, "username", "ip_address"]
+    request = request_or_attempt
+    username = get_client_username(request, credentials)
+    address = getattr(request, "axes_ip_address", None)
+    # axes asks several times per login: one query per request and pair.
+    memo: dict[tuple[Any, Any], bool] = request.__dict__.setdefault("_qa_known_pairs", {})
+    if (username, address) not in memo:
+        memo[(username, address)] = _known(username, address)
+    return [PAIR] if memo[(username, address)] else [PAIR, "username", "ip_address"]
+
+
+def _known(username: object, address: object) -> bool:
+    """Whether `username` logged in successfully from `address` within the last
+    LOGIN_KNOWN_ADDRESS_DAYS (django-axes' access log of successful logins)."""
+    if not (isinstance(username, str) and username and isinstance(address, str) and address):
+        return False
+    if len(username) > 150 or "\0" in username:
+        return False  # no user has such a name (and PostgreSQL refuses a NUL in a query)
+    since = timezone.now() - timedelta(days=float(settings.LOGIN_KNOWN_ADDRESS_DAYS))
+    return AccessLog.objects.filter(username=username, ip_address=address,
+                                    attempt_time__gte=since).exists()
+
+
 def lockout_message() -> str:
     cool_off: timedelta = settings.AXES_COOLOFF_TIME
     minutes = round(cool_off.total_seconds() / 60)
     return (f"Too many failed logins for this user name or from this address: logging in is "
             f"locked for {minutes} minute{'s' if minutes != 1 else ''} after the last failed "
-            "attempt. An admin can unlock it sooner (Django admin, Access attempts).")
+            "attempt. Only its own failed logins lock a user name out of an address it has "
+            "logged in from before. An admin can unlock it sooner (Django admin, Access "
+            "attempts).")
 
 
 def locked_out(request: HttpRequest, original_response: HttpResponse | None = None,

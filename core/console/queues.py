@@ -1,6 +1,6 @@
 """Which queues the console lists, and the queue a page asks for.
 
-Queue names come from the engine's registry (`introspect.queues`: one sorted set that
+Queue names come from the engine's registry (`read.queues`: one sorted set that
 producers and workers keep current, never KEYS/SCAN), and the default queue is always there.
 """
 
@@ -10,7 +10,7 @@ from django.conf import settings
 from django.http import Http404, HttpRequest
 
 from core.conf import DEFAULT_QUEUE, get_queue, redis_client
-from core.queue import Queue, introspect
+from core.queue import Queue, read
 
 from .aggregates import cached
 
@@ -19,7 +19,7 @@ def queue_names() -> list[str]:
     """Every queue the console shows, sorted, the default queue first (cached like the
     aggregates)."""
     prefix = settings.QUEUE_PREFIX
-    names = cached(f"queues|{prefix}", lambda: introspect.queues(redis_client(), prefix=prefix))
+    names = cached(f"queues|{prefix}", lambda: read.queues(redis_client(), prefix=prefix))
     return [DEFAULT_QUEUE, *(n for n in names if n != DEFAULT_QUEUE)]
 
 

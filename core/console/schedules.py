@@ -12,6 +12,7 @@ from typing import Any
 
 from core.models import ScheduleRecord
 from core.queue import InvalidInput
+from core.queue.read.schedules import Run, ScheduleState
 from core.queue.schedule.spec import (
     InvalidSchedule,
     Schedule,
@@ -21,7 +22,7 @@ from core.queue.schedule.spec import (
     slot_time,
     zone,
 )
-from core.queue.schedule.store import Run, Schedules, ScheduleState
+from core.queue.schedule.store import Schedules
 
 FIELDS = ("name", "kind", "handler", "tasks", "job", "timing", "cron", "tz", "every", "start",
           "end", "missed", "missed_max", "overlap", "priority", "concurrency", "tenant",

@@ -5,23 +5,13 @@ from typing import Any
 
 from django.db import migrations
 
+from core.migrations._permissions import grant_permissions
+
 GRANTS = {"run_schedule": ("operator", "admin"), "change_schedule": ("admin",)}
 
 
 def grant(apps: Any, schema_editor: Any) -> None:
-    from django.contrib.auth.management import create_permissions
-
-    config = apps.get_app_config("core")
-    config.models_module = True  # as in 0004: make the permissions now, not after migrate
-    create_permissions(config, apps=apps, verbosity=0)
-    config.models_module = None
-    Group = apps.get_model("auth", "Group")
-    Permission = apps.get_model("auth", "Permission")
-    for codename, groups in GRANTS.items():
-        perm = Permission.objects.get(content_type__app_label="core", codename=codename)
-        for name in groups:
-            group, _ = Group.objects.get_or_create(name=name)
-            group.permissions.add(perm)
+    grant_permissions(apps, GRANTS)
 
 
 def revoke(apps: Any, schema_editor: Any) -> None:

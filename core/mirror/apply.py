@@ -1,52 +1,44 @@
-"""The database side of the mirror: events and dead letters applied to Request and DeadLetter
-rows, idempotently.
+"""The database side of the mirror: a batch of events and dead letters applied to Request,
+RequestEvent, SearchDoc and DeadLetter rows, idempotently, in bulk (core.mirror.bulk).
 
-A request's row is its Redis hash, read (pipelined) when its events are applied, so what a row
-says never depends on which events were seen: replaying them changes nothing. What only events
-carry is counted once per event id: `last_event_id` is the newest one applied, and a
-completion older than it is not counted again. When the hash is gone (retention over), the
-row keeps what it said, updated by the events' own fields, and gets `expired_at`.
+A batch is prepared first, outside the database transaction: its events grouped by request,
+the hashes of the requests whose events do not say all (one pipelined read), its dead letters
+fingerprinted. Then, in one transaction: the rows those requests had, merged with what is new
+(core.mirror.rows), written; their kept events (core.mirror.events), their search rows
+(core.mirror.search) and the new dead letters with them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
-from django.db import connections, router, transaction
+from django.db import transaction
 
-from core.models import DeadLetter, Request
-from core.queue import introspect
+from core.models import DeadLetter, Request, RequestEvent
+from core.queue import read
 from core.queue.client import Queue
-from core.queue.follow import Entry, sid
+from core.queue.follow import Entry, gone
 from core.queue.models import STATES, TERMINAL_STATES, PageCursor, RequestInfo
 
+from . import bulk
+from .commit import locked
+from .events import COLUMNS as EVENT_COLUMNS
+from .events import Event, kept
 from .fingerprint import fingerprint
+from .rows import DEFAULTS, FIELDS, Row, final_by_events, id_dt, merge, ms_dt
 from .search import index_letters, index_requests
 
+__all__ = ["DEFAULTS", "FIELDS", "Applied", "Prepared", "apply_batch", "commit", "dead_letter",
+           "fetch", "id_dt", "ms_dt", "prepare", "reconcile", "refresh", "upsert"]
+
 UNFINISHED = [s for s in STATES if s not in TERMINAL_STATES]
-CHUNK = 500  # requests per Redis pipeline and per database statement
 # Events that take dead letters out of the dead stream, and what the letters become.
 RESOLUTIONS = {"requeued": "requeued", "discarded": "deleted", "deleted": "deleted"}
-# Every field an upsert writes (all but the key), and a new row's values before any.
-FIELDS = [
-    f.name for f in Request._meta.concrete_fields
-    if f.name not in ("id", "queue", "request_id")
-]
-DEFAULTS = {
-    f.name: f.get_default() for f in Request._meta.concrete_fields if f.name in FIELDS
-} | {"state": "active", "updated_at": None}  # "active" unless the events say more
-
-
-def ms_dt(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC)
-
-
-def id_dt(entry_id: str) -> datetime:
-    """The time in a stream id (the Redis server's clock when the entry was added)."""
-    return ms_dt(sid(entry_id)[0])
+KEY = ("queue", "request_id")
+ROW_COLUMNS = ["queue", "request_id", *FIELDS]
+LETTER_COLUMNS = [f.name for f in DeadLetter._meta.concrete_fields if f.name != "id"]
 
 
 @dataclass
@@ -56,41 +48,88 @@ class Applied:
     resolved: int = 0
 
 
+@dataclass
+class Prepared:
+    """A batch read from the streams, with what Redis had to say about it."""
+
+    by_request: dict[str, list[Entry]] = field(default_factory=dict)
+    infos: dict[str, RequestInfo] = field(default_factory=dict)
+    by_events: set[str] = field(default_factory=set)  # hash not read: their events say all
+    letters: list[DeadLetter] = field(default_factory=list)
+    resolving: dict[str, tuple[str, datetime]] = field(default_factory=dict)
+    gone: dict[str, str] = field(default_factory=dict)  # letters left the dead stream
+
+
 def fetch(q: Queue, rids: Iterable[str]) -> dict[str, RequestInfo]:
-    """The hashes of `rids` that still exist (introspect.requests_many: pipelined)."""
-    return introspect.requests_many(q, list(rids))
+    """The hashes of `rids` that still exist (read.requests_many: pipelined)."""
+    return read.requests_many(q, list(rids))
 
 
-def apply_batch(
-    q: Queue, events: Sequence[Entry], dead: Sequence[Entry], *, now: datetime | None = None
-) -> Applied:
-    """Apply one batch read from the queue's streams, in one database transaction."""
-    now = now or datetime.now(UTC)
-    by_request: dict[str, list[Entry]] = {}
-    for eid, f in events:
-        if rid := f.get("request"):
-            by_request.setdefault(rid, []).append((eid, f))
-    infos = fetch(q, by_request)
-    letters = [dead_letter(q.name, eid, f) for eid, f in dead]
-    resolving = {
+def prepare(q: Queue, events: Sequence[Entry], dead: Sequence[Entry]) -> Prepared:
+    """What a batch needs from Redis, read before the database transaction."""
+    p = Prepared()
+    for entry in events:
+        if rid := entry[1].get("request"):
+            p.by_request.setdefault(rid, []).append(entry)
+    p.by_events = {rid for rid, evs in p.by_request.items() if final_by_events(evs)}
+    if p.by_events:
+        # Their hashes are not read, but one that is gone marks the row expired: read them.
+        p.by_events -= gone(q, list(p.by_events))
+    p.infos = fetch(q, (rid for rid in p.by_request if rid not in p.by_events))
+    p.letters = [dead_letter(q.name, eid, f) for eid, f in dead]
+    p.resolving = {
         f["request"]: (RESOLUTIONS[f["type"]], id_dt(eid))
         for eid, f in events if f.get("type") in RESOLUTIONS and f.get("request")
     }
-    gone = _resolved(q, resolving, letters)
-    for letter in letters:
-        if letter.entry_id in gone:
-            letter.resolution, letter.resolved_at = resolving[letter.request_id]
-    with transaction.atomic():
-        DeadLetter.objects.bulk_create(letters, ignore_conflicts=True, batch_size=CHUNK)
-        resolved = 0
-        for rid, (resolution, at) in resolving.items():
-            ids = [e for e in gone if gone[e] == rid]
-            resolved += DeadLetter.objects.filter(
-                queue=q.name, request_id=rid, entry_id__in=ids, resolution=""
-            ).update(resolution=resolution, resolved_at=at)
-        n = upsert(q.name, {rid: (infos.get(rid), evs) for rid, evs in by_request.items()}, now)
-        index_letters(q.name, letters)
-    return Applied(n, len(letters), resolved + sum(1 for x in letters if x.resolution))
+    p.gone = _resolved(q, p.resolving, p.letters)
+    for letter in p.letters:
+        if letter.entry_id in p.gone:
+            letter.resolution, letter.resolved_at = p.resolving[letter.request_id]
+    return p
+
+
+def apply_batch(
+    q: Queue, events: Sequence[Entry], dead: Sequence[Entry], *, now: datetime | None = None,
+    guard: Callable[[], bool] | None = None,
+) -> Applied:
+    """Apply one batch read from the queue's streams, in one database transaction. `guard`
+    runs first in it (the commit order of several mirrors, core.mirror.commit): False skips
+    the batch (the database has it), an exception leaves it for later."""
+    return commit(q, prepare(q, events, dead), now=now, guard=guard)
+
+
+def commit(q: Queue, p: Prepared, *, now: datetime | None = None,
+           guard: Callable[[], bool] | None = None) -> Applied:
+    """A prepared batch into the database, in one transaction that `guard` starts."""
+    with transaction.atomic(using=bulk.connection_for(Request).alias):
+        if guard is not None and not guard():
+            return Applied()
+        return write(q, p, now or datetime.now(UTC))
+
+
+def write(q: Queue, p: Prepared, now: datetime) -> Applied:
+    """The prepared batch into the database (in the caller's transaction)."""
+    new_letters = _insert_letters(q.name, p.letters)
+    resolved = 0
+    for rid, (resolution, at) in p.resolving.items():
+        ids = [e for e in p.gone if p.gone[e] == rid]
+        resolved += DeadLetter.objects.filter(
+            queue=q.name, request_id=rid, entry_id__in=ids, resolution=""
+        ).update(resolution=resolution, resolved_at=at)
+    changes = {rid: (p.infos.get(rid), evs) for rid, evs in p.by_request.items()}
+    n = upsert(q, changes, now, by_events=p.by_events)
+    index_letters(q.name, new_letters)
+    return Applied(n, len(p.letters), resolved + sum(1 for x in new_letters if x.resolution))
+
+
+def _insert_letters(queue: str, letters: list[DeadLetter]) -> list[DeadLetter]:
+    """The letters not in the database yet, inserted; returns them."""
+    have = {r[0] for r in bulk.select(DeadLetter, ["entry_id"], {"queue": queue}, "entry_id",
+                                      [x.entry_id for x in letters])}
+    new = [x for x in letters if x.entry_id not in have]
+    bulk.insert(DeadLetter, LETTER_COLUMNS,
+                [[getattr(x, c) for c in LETTER_COLUMNS] for x in new], key=("queue", "entry_id"))
+    return new
 
 
 def _resolved(
@@ -106,7 +145,7 @@ def _resolved(
     ).values_list("entry_id", "request_id")
     candidates.update(dict(rows))
     ids = list(candidates)
-    present = introspect.dead_letters_present(q, ids)
+    present = read.dead_letters_present(q, ids)
     return {eid: candidates[eid] for eid in ids if eid not in present}
 
 
@@ -121,159 +160,77 @@ def dead_letter(queue: str, eid: str, f: dict[str, str]) -> DeadLetter:
         error=f.get("error", ""), traceback=f.get("traceback", ""),
         payload=f.get("payload", ""), attempts=int(f.get("attempts") or 0),
         worker=f.get("worker", "")[:200], dead_at=ms_dt(ts) if ts else id_dt(eid),
-        fingerprint=fp.fingerprint, pattern=fp.pattern,
+        fingerprint=fp.fingerprint, pattern=fp.pattern, resolution="", resolved_at=None,
     )
 
 
+def old_rows(queue: str, rids: Sequence[str]) -> dict[str, Row]:
+    """The rows these requests have (FIELDS by name), read in bulk."""
+    got = bulk.select(Request, ["request_id", *FIELDS], {"queue": queue}, "request_id", rids)
+    return {r[0]: dict(zip(FIELDS, r[1:], strict=True)) for r in got}
+
+
 def upsert(
-    queue: str,
+    q: Queue,
     changes: dict[str, tuple[RequestInfo | None, list[Entry]]],
     now: datetime,
     *,
     reconciled_to: str = "",
+    by_events: set[str] | frozenset[str] = frozenset(),
+    unless_moved: dict[str, str] | None = None,
 ) -> int:
-    """Write the rows of `changes` (request id -> its hash, if it still exists, and its new
-    events) merged with what the rows said. `reconciled_to`: the rows come from the state
-    indexes after a gap, and reflect every event up to that id."""
+    """Write the rows of `changes` (request id -> its hash, if read and still there, and its
+    new events) merged with what the rows said. `reconciled_to`: the rows come from the state
+    indexes after a gap, and reflect every event up to that id. `by_events`: requests whose
+    hash was not read (their events say all), read now if their row is missing. `unless_moved`
+    (request id -> last_event_id): rows whose events moved on since are left as they are."""
     rids = list(changes)
-    rows: list[Row] = []
-    for i in range(0, len(rids), CHUNK):
-        part = rids[i : i + CHUNK]
-        old = {
-            r.pop("request_id"): r
-            for r in Request.objects.filter(queue=queue, request_id__in=part)
-            .values("request_id", *FIELDS)
-        }
-        rows += [
-            merge(rid, old.get(rid), *changes[rid], now, reconciled_to=reconciled_to)
-            for rid in part
-        ]
-    _write(queue, rids, rows)
-    index_requests(queue, dict(zip(rids, rows, strict=True)),
-                   {rid: changes[rid][1] for rid in rids}, every=bool(reconciled_to))
+    old = old_rows(q.name, rids)
+    if unless_moved is not None:
+        rids = [rid for rid in rids if old.get(rid, {}).get("last_event_id", "")
+                == unless_moved.get(rid, "")]
+    missing = [rid for rid in rids if rid in by_events and rid not in old]
+    infos = fetch(q, missing) if missing else {}
+    new: list[list[object]] = []
+    changed: list[list[object]] = []
+    timeline: list[Event] = []
+    rows: dict[str, Row] = {}
+    for rid in rids:
+        info, events = changes[rid]
+        before = old.get(rid)
+        quick = rid in by_events and before is not None
+        row = merge(rid, before, info or infos.get(rid), events, now,
+                    reconciled_to=reconciled_to, by_events=quick)
+        if events:
+            timeline += kept(q.name, rid, row, events, before["last_event_id"] if before else "")
+        rows[rid] = row
+        (changed if before is not None else new).append([q.name, rid, *(row[f] for f in FIELDS)])
+    bulk.insert(Request, ROW_COLUMNS, new, key=KEY, update=FIELDS)
+    bulk.upsert(Request, ROW_COLUMNS, changed, key=KEY, update=FIELDS)
+    bulk.append(RequestEvent, EVENT_COLUMNS, timeline)
+    index_requests(q.name, rows, {rid: changes[rid][1] for rid in rids},
+                   every=bool(reconciled_to))
     return len(rows)
-
-
-def _write(queue: str, rids: list[str], rows: list[Row]) -> None:
-    """INSERT ... ON CONFLICT (queue, request_id) DO UPDATE, CHUNK rows a statement: several
-    times faster than bulk_create(update_conflicts=True), which makes one statement per 45 rows
-    on SQLite. On PostgreSQL the rows go as one array per column (unnest), so the statement
-    stays short and its parsing is cached; elsewhere as a VALUES list."""
-    conn = connections[router.db_for_write(Request)]
-    qn = conn.ops.quote_name
-    cols = ["queue", "request_id", *FIELDS]
-    head = f"INSERT INTO {qn(Request._meta.db_table)} ({', '.join(map(qn, cols))}) "
-    tail = (f" ON CONFLICT ({qn('queue')}, {qn('request_id')}) DO UPDATE SET "
-            + ", ".join(f"{qn(c)} = EXCLUDED.{qn(c)}" for c in FIELDS))
-    postgres = conn.vendor == "postgresql"
-    adapt = conn.ops.adapt_datetimefield_value
-    with conn.cursor() as cursor:
-        for i in range(0, len(rows), CHUNK):
-            part = list(zip(rids[i : i + CHUNK], rows[i : i + CHUNK], strict=True))
-            values = [
-                [queue, rid, *(adapt(v) if isinstance(v, datetime) and not postgres else v
-                               for v in (row[f] for f in FIELDS))]
-                for rid, row in part
-            ]
-            if postgres:
-                types = [Request._meta.get_field(c).db_type(conn) for c in cols]
-                arrays = ", ".join(f"%s::{t}[]" for t in types)
-                cursor.execute(f"{head}SELECT * FROM unnest({arrays}){tail}",
-                               [list(column) for column in zip(*values, strict=True)])
-            else:
-                one = f"({', '.join(['%s'] * len(cols))})"
-                cursor.execute(f"{head}VALUES {', '.join([one] * len(part))}{tail}",
-                               [v for row in values for v in row])
-
-
-Row = dict[str, Any]  # a Request row's FIELDS by name
-
-
-def merge(
-    rid: str,
-    old: Row | None,
-    info: RequestInfo | None,
-    events: list[Entry],
-    now: datetime,
-    *,
-    reconciled_to: str = "",
-) -> Row:
-    """One request's new row: its hash if it exists, else the old row brought forward by the
-    events not applied yet."""
-    row: Row = dict(old) if old is not None else dict(DEFAULTS)
-    last = row["last_event_id"]
-    fresh = [(eid, f) for eid, f in events if sid(eid) > sid(last)]
-    row["completions"] += sum(1 for _, f in fresh if f.get("type") == "completed")
-    row["last_event_id"] = max([last, reconciled_to, *(e for e, _ in events)], key=sid)
-    times = [id_dt(eid) for eid, _ in events]
-    if row["updated_at"] is not None:
-        times.append(row["updated_at"])  # never back: replaying older events changes nothing
-    if info is not None:
-        _from_hash(row, info)
-        if reconciled_to and info.state in TERMINAL_STATES:
-            row["completions"] = max(row["completions"], 1)  # its completed event may be lost
-    else:
-        if old is None:
-            row["created_at"] = min(times) if times else now
-        for eid, f in fresh:
-            _from_event(row, eid, f)
-        row["expired_at"] = row["expired_at"] or now
-    row["updated_at"] = max([row["updated_at"] or row["created_at"], *times])
-    return row
-
-
-def _from_hash(row: Row, h: RequestInfo) -> None:
-    final = h.state in TERMINAL_STATES
-    row.update(
-        state=h.state, priority=h.priority, concurrency=h.concurrency, tenant=h.tenant,
-        handler=h.handler, max_attempts=h.max_attempts, total=h.total, waiting=h.waiting,
-        leased=h.leased, delayed=h.delayed, done=h.done, dead=h.dead, cancelled=h.cancelled,
-        discarded=h.discarded, created_at=ms_dt(h.created_ms),
-        updated_at=ms_dt(max(h.updated_ms, h.created_ms)),
-        finished_at=ms_dt(h.finished_ms) if final and h.finished_ms else None, expired_at=None,
-    )
-
-
-def _from_event(row: Row, eid: str, f: dict[str, str]) -> None:
-    """What an event says of its request, for a row whose hash is gone."""
-    kind = f.get("type")
-    final = row["state"] in TERMINAL_STATES
-
-    def num(name: str) -> int:
-        return int(f.get(name) or 0)
-
-    if kind == "submitted":
-        row.update(total=num("tasks"), priority=num("priority"), tenant=f.get("tenant", ""))
-    elif kind == "sealed":
-        row["total"] = num("tasks")
-        if not final:
-            row["state"] = "active"
-    elif kind == "cancelled" and not final:
-        row["state"] = "cancelling"
-    elif kind == "completed":
-        row.update(state=f.get("state") or row["state"], done=num("done"), dead=num("dead"),
-                   cancelled=num("cancelled"), waiting=0, leased=0, delayed=0,
-                   finished_at=id_dt(eid))
-    elif kind == "reopened":
-        row.update(state="active", finished_at=None)
 
 
 def refresh(q: Queue, *, after_pk: int = 0, limit: int = 1000) -> tuple[int, int]:
     """Bring the rows of unfinished requests up to date with their hashes (counters move
     without events while tasks run; a hash gone marks the row expired). Walks `limit` rows
-    after `after_pk`; returns (rows written, pk to continue from: 0 when done)."""
+    after `after_pk`; returns (rows written, pk to continue from: 0 when done). A row that a
+    batch moved on meanwhile (another mirror process) is left to it."""
     old = list(
         Request.objects.filter(queue=q.name, state__in=UNFINISHED, pk__gt=after_pk,
                                expired_at__isnull=True)  # the (queue, state, ...) index
-        .order_by("pk")[:limit]
+        .order_by("pk").values_list("pk", "request_id", "last_event_id")[:limit]
     )
     if not old:
         return 0, 0
-    infos = fetch(q, [r.request_id for r in old])
+    infos = fetch(q, [rid for _, rid, _ in old])
     now = datetime.now(UTC)
-    with transaction.atomic():
-        n = upsert(q.name, {r.request_id: (infos.get(r.request_id), []) for r in old}, now)
-    return n, old[-1].pk if len(old) == limit else 0
+    with transaction.atomic(using=bulk.connection_for(Request).alias), locked(q.name):
+        n = upsert(q, {rid: (infos.get(rid), []) for _, rid, _ in old}, now,
+                   unless_moved={rid: last for _, rid, last in old})
+    return n, old[-1][0] if len(old) == limit else 0
 
 
 def reconcile(q: Queue, last_id: str, *, page: int = 1000) -> int:
@@ -284,11 +241,12 @@ def reconcile(q: Queue, last_id: str, *, page: int = 1000) -> int:
     for state in STATES:
         cursor: PageCursor | None = None
         while True:
-            got = introspect.requests(q, state, after=cursor, limit=page)
+            got = read.requests(q, state, after=cursor, limit=page)
             if got.items:
                 now = datetime.now(UTC)
-                with transaction.atomic():
-                    total += upsert(q.name, {i.id: (i, []) for i in got.items}, now,
+                with transaction.atomic(using=bulk.connection_for(Request).alias), \
+                        locked(q.name):
+                    total += upsert(q, {i.id: (i, []) for i in got.items}, now,
                                     reconciled_to=last_id)
             cursor = got.cursor
             if cursor is None:

@@ -1,6 +1,8 @@
 """Per-handler metrics into the database: the minutes the engine counts in Redis
-(core/queue/metrics.py) become minute rows (kept a day), hour rows (kept 90 days) and
-per-handler totals (never pruned: /metrics serves them to Prometheus as counters).
+(core/queue/metrics.py) become minute rows and hour rows (by default kept a day and 90 days:
+retention's handler-minutes and handler-hours, core.mirror.retention) and per-handler totals
+(never pruned: /metrics serves them to Prometheus as counters, the Handlers page its "since
+metrics began").
 
 Idempotent: a minute row holds the minute's absolute counts as last read, and only the
 difference between what Redis says now and that row goes into the hour and the totals, in
@@ -11,18 +13,16 @@ which minute on a roll reads: the first one not known to be over when it last re
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from django.db import transaction
 
 from core.models import HandlerHour, HandlerMinute, HandlerTotal, MetricsCursor
-from core.queue import introspect
+from core.queue import read
 from core.queue.client import Queue
 from core.queue.metrics import NBUCKETS, HandlerCounts
 
 ROLL_EVERY_S = 5.0
-KEEP_MINUTES = timedelta(hours=25)  # a day of minute detail, the oldest minute whole
-KEEP_HOURS = timedelta(days=90)
 
 
 def at_minute(minute: int) -> datetime:
@@ -53,11 +53,11 @@ def _add(model: type[HandlerHour] | type[HandlerTotal], lookup: dict[str, object
 def roll(q: Queue) -> int:
     """Store the queue's minutes from its cursor to the current one; returns how many minute
     rows changed. One Redis round trip, then one transaction."""
-    now = introspect.current_minute(q)
-    oldest = now - introspect.MAX_METRIC_MINUTES + 1  # older minutes have expired in Redis
+    now = read.current_minute(q)
+    oldest = now - read.MAX_METRIC_MINUTES + 1  # older minutes have expired in Redis
     cursor = MetricsCursor.objects.filter(queue=q.name).values_list("minute", flat=True).first()
     first = min(now, oldest if cursor is None else max(int(cursor), oldest))
-    data = introspect.handler_metrics(q, first, now)
+    data = read.handler_metrics(q, first, now)
     changed = 0
     with transaction.atomic():
         stored = {
@@ -103,13 +103,4 @@ def roll(q: Queue) -> int:
 def _went_down(delta: HandlerCounts) -> bool:
     return min(delta.done, delta.failed, delta.retried, delta.run_us, delta.fail_us,
                *delta.buckets) < 0
-
-
-def prune(queue: str, *, now: datetime | None = None) -> int:
-    """Delete the queue's minute rows older than KEEP_MINUTES and hour rows older than
-    KEEP_HOURS; returns how many."""
-    now = now or datetime.now(UTC)
-    minutes, _ = HandlerMinute.objects.filter(queue=queue, minute__lt=now - KEEP_MINUTES).delete()
-    hours, _ = HandlerHour.objects.filter(queue=queue, hour__lt=now - KEEP_HOURS).delete()
-    return int(minutes + hours)
 

@@ -5,6 +5,11 @@ Per queue and pass: one batch is read (pending entries first, then new ones), ap
 database transaction, then acknowledged; a gap in `events` (entries deleted before this
 mirror read them) is reconciled from the state indexes first. Every SAMPLE_EVERY_S the queue's
 counters are sampled and some rows of unfinished requests refreshed from their hashes.
+
+Several mirrors may share a group as its consumers (`consumer`): their batches are committed
+in the stream's order (core.mirror.commit), and what one leaves pending for `claim_after_s`
+another takes over. Only one of them need keep house (samples, metrics, schedules, refresh);
+every one trims.
 """
 
 from __future__ import annotations
@@ -18,12 +23,12 @@ from dataclasses import dataclass, field
 
 from django.db import DatabaseError, connections
 
-from core.queue import RedisReplyError, RedisUnavailable, registry
+from core.queue import RedisReplyError, RedisUnavailable, read
 from core.queue.client import Queue
 from core.queue.follow import Batch, Streams
 
-from . import metrics
-from .apply import apply_batch, reconcile, refresh
+from . import apply, commit, datajobs, metrics
+from .apply import Applied, prepare, reconcile, refresh
 from .samples import SAMPLE_EVERY_S, prune, sample
 from .schedules import mirror_schedules
 
@@ -39,11 +44,14 @@ BACKOFF_FIRST_S, BACKOFF_CAP_S = 0.1, 10.0
 @dataclass(frozen=True)
 class MirrorConfig:
     queues: tuple[str, ...] = ()  # none: every queue of the registry, followed as they appear
-    group: str = "mirror"  # consumer group on each stream; one mirror process per group
+    group: str = "mirror"  # consumer group on each stream (a database per group)
     batch: int = 1000  # entries read per stream per round trip
     burst: bool = False  # apply everything there is, then return
     idle_s: float = 0.5  # pause when nothing was read
     sample_every_s: float = SAMPLE_EVERY_S
+    consumer: str = ""  # this mirror's name in the group (default: the group's)
+    claim_after_s: float = 10.0  # another consumer's entries pending this long are taken over
+    housekeeping: bool = True  # samples, metrics, schedules, refresh (one mirror of a group)
 
 
 @dataclass
@@ -61,11 +69,15 @@ class Totals:
 class Follower:
     """One queue followed by the mirror."""
 
-    def __init__(self, q: Queue, config: MirrorConfig) -> None:
+    def __init__(self, q: Queue, config: MirrorConfig, stop: threading.Event | None = None
+                 ) -> None:
         self.q = q
         self.config = config
-        self.streams = Streams(q, group=config.group, count=config.batch)
+        self.stop = stop or threading.Event()
+        self.streams = Streams(q, group=config.group, count=config.batch,
+                               consumer=config.consumer)
         self.ready = False
+        self.next_claim = 0.0
         self.next_trim = 0.0
         self.next_sample = 0.0
         self.next_metrics = 0.0
@@ -79,16 +91,54 @@ class Follower:
             self.streams.setup()
             self.ready = True
         rereading = self.streams.rereading
-        batch = self.streams.read()
+        claimed = self._claimed()
+        batch = claimed if claimed is not None else self.streams.read()
         if batch.gap or batch.lost:
             self._reconcile(batch, totals)
         if batch.events or batch.dead:
-            applied = apply_batch(self.q, batch.events, batch.dead)
+            applied, batch = self._apply(batch)
+            if applied is None:
+                return 0  # stopped while waiting for its turn: left pending
             totals.requests += applied.requests
             totals.dead_letters += applied.dead_letters
             totals.events += len(batch.events)
+        datajobs.follow(self.q, batch.events, force=self.config.burst)  # data jobs' rows
         self.streams.ack(batch)
         return len(batch) + len(batch.lost) + rereading
+
+    def _claimed(self) -> Batch | None:
+        """Now and then, entries another consumer left pending for claim_after_s (a mirror
+        that died), taken over: this step's batch."""
+        now = time.monotonic()
+        if now < self.next_claim:
+            return None
+        self.next_claim = now + max(self.config.claim_after_s / 2, 1.0)
+        batch = self.streams.claim(int(self.config.claim_after_s * 1000),
+                                   after=commit.position(self.q.name))
+        return batch if len(batch) or batch.lost or batch.dead_gone else None
+
+    def _apply(self, batch: Batch) -> tuple[Applied | None, Batch]:
+        """Apply a batch in its turn (core.mirror.commit); returns what was applied (None if
+        stopped first) and the batch acknowledged (with what it claimed on the way)."""
+        prepared = prepare(self.q, batch.events, batch.dead)
+        waited = pause = 0.0
+        while True:
+            try:
+                guard = commit.guard(self.streams, batch)
+                return apply.commit(self.q, prepared, guard=guard), batch
+            except commit.Waiting as w:
+                now = time.monotonic()
+                waited = waited or now
+                if now - waited >= self.config.claim_after_s:
+                    claimed = self.streams.claim(int(self.config.claim_after_s * 1000),
+                                                 after=w.applied)
+                    if len(claimed) or claimed.lost:
+                        batch = commit.merged(batch, claimed)
+                        prepared = prepare(self.q, batch.events, batch.dead)
+                    waited = now
+            pause = min(max(pause * 2, 0.001), 0.05)
+            if self.stop.wait(pause):
+                return None, batch
 
     def _reconcile(self, batch: Batch, totals: Totals) -> None:
         if batch.gap:
@@ -115,6 +165,8 @@ class Follower:
         if force or now >= self.next_trim:
             self.streams.trim()
             self.next_trim = now + TRIM_EVERY_S
+        if not self.config.housekeeping:
+            return
         if force or now >= self.next_sample:
             sample(self.q)
             mirror_schedules(self.q)
@@ -125,8 +177,7 @@ class Follower:
             metrics.roll(self.q)
             self.next_metrics = now + metrics.ROLL_EVERY_S
         if force or now >= self.next_prune:
-            prune(self.q.name)
-            metrics.prune(self.q.name)
+            prune(self.q.name)  # the rest is the pruner's (retention_prune: runservices)
             self.next_prune = now + PRUNE_EVERY_S
 
 
@@ -189,7 +240,7 @@ def run_mirror(
         probe = get_queue("default")
 
         def names() -> list[str]:
-            return registry.names(probe.redis, prefix=probe.keys.prefix)
+            return read.queues_beside(probe)
 
     while not stop.is_set():
         now = time.monotonic()
@@ -199,7 +250,7 @@ def run_mirror(
                 next_names = now + REGISTRY_EVERY_S
                 for name in config.queues or names():
                     if name not in followers:
-                        followers[name] = Follower(get_queue(name), config)
+                        followers[name] = Follower(get_queue(name), config, stop)
                         totals.queues.add(name)
             for f in followers.values():
                 busy += f.step(totals)

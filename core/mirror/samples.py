@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from core.models import QueueSample
-from core.queue import introspect
+from core.queue import read
 from core.queue.client import Queue
 
 SAMPLE_EVERY_S = 10.0
@@ -14,8 +14,8 @@ KEEP = timedelta(days=8)  # a week of charts, and a day to spare
 
 
 def sample(q: Queue, *, now: datetime | None = None) -> QueueSample:
-    """Record the queue's counters now (introspect.stats: one pipelined round trip)."""
-    s = introspect.stats(q)
+    """Record the queue's counters now (read.stats: one pipelined round trip)."""
+    s = read.stats(q)
     row: QueueSample = QueueSample.objects.create(
         queue=q.name, at=now or datetime.now(UTC),
         submitted=s.totals.get("submitted", 0), done=s.totals.get("done", 0),

@@ -18,7 +18,8 @@ from django.db import transaction
 
 from core.models import ScheduleRecord
 from core.queue.client import Queue
-from core.queue.schedule.store import ScheduleHead, Schedules, ScheduleState
+from core.queue.read.schedules import ScheduleHead, ScheduleState
+from core.queue.schedule.store import Schedules
 
 # Fields that follow the schedule as it fires or is paused, written when they differ.
 FOLLOWED = ["version", "paused", "paused_by", "next_run", "last_slot", "fired", "skipped",

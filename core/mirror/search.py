@@ -1,39 +1,55 @@
 """The search text of each mirrored request (core.models.SearchDoc), kept by the mirror: what
 the console's search box matches, bounded per request.
 
-A request's words (id, tenant, handler, task ids) come from its row; its payload text from the
-events that brought its first tasks (the engine puts their ids and up to 512 bytes of their
-payloads on its `submitted` or `added` event, see append_tasks() in _common.lua), because a
-task leaves Redis once done, often before the mirror reads the event; its error messages, and
-the payloads of its dead tasks, from its dead letters. Each event or dead letter is folded in
+A request's words (id, tenant, handler, task ids, unique key, trace id) come from its row and
+events; its payload text from the events that brought its first tasks (the engine puts their
+ids and up to 512 bytes of their payloads on its `submitted` or `added` event, see
+append_tasks() in _common.lua; its unique key and trace context, if any, too), because a task
+leaves Redis once done, often before the mirror reads the event; its error messages, and the
+payloads of its dead tasks, from its dead letters. Each event or dead letter is folded in
 once (`last_event_id`, `last_dead_id`), so replaying the streams changes nothing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from core.models import DeadLetter, Request, SearchDoc
 from core.queue.follow import Entry, sid
+from core.queue.tracehook import trace_id_of
 
-CHUNK = 500
+from . import bulk
+
 WORDS_MAX = 2000  # characters of a request's words (its id, tenant, handler, task ids)
 PAYLOADS_MAX = 4000  # characters of payload text kept per request
 ERRORS_MAX = 2000  # characters of error messages kept per request
 ERROR_MAX = 500  # characters of one error message
 TASK_EVENTS = ("submitted", "added")
 FIELDS = ["created_at", "words", "payloads", "errors", "last_event_id", "last_dead_id"]
+COLUMNS = ["queue", "request_id", *FIELDS]
+KEY = ("queue", "request_id")
 
 
-def _docs(queue: str, rids: Sequence[str]) -> dict[str, SearchDoc]:
-    out: dict[str, SearchDoc] = {}
-    for i in range(0, len(rids), CHUNK):
-        part = rids[i : i + CHUNK]
-        out |= {d.request_id: d for d in SearchDoc.objects.filter(queue=queue,
-                                                                   request_id__in=part)}
-    return out
+@dataclass(slots=True)
+class Doc:
+    """A search row being written (SearchDoc's FIELDS); `stored` if the table has it."""
+
+    created_at: datetime
+    words: str = ""
+    payloads: str = ""
+    errors: str = ""
+    last_event_id: str = ""
+    last_dead_id: str = ""
+    stored: bool = False
+
+
+def _docs(queue: str, rids: Sequence[str]) -> dict[str, Doc]:
+    rows = bulk.select(SearchDoc, ["request_id", *FIELDS], {"queue": queue}, "request_id", rids)
+    return {rid: Doc(created, words, payloads, errors, last_event, last_dead, stored=True)
+            for rid, created, words, payloads, errors, last_event, last_dead in rows}
 
 
 def _append(text: str, more: str, cap: int, sep: str = "\n") -> str:
@@ -56,13 +72,15 @@ def _words(old: str, *more: str) -> str:
     return " ".join(words)[:WORDS_MAX]
 
 
-def _save(new: list[SearchDoc], changed: list[SearchDoc]) -> None:
-    if new:
-        # Another mirror group may have written the same request meanwhile: its row stands,
-        # and the next event of the request brings this one's text to it.
-        SearchDoc.objects.bulk_create(new, ignore_conflicts=True, batch_size=CHUNK)
-    if changed:
-        SearchDoc.objects.bulk_update(changed, FIELDS, batch_size=CHUNK)
+def _save(queue: str, docs: dict[str, Doc]) -> None:
+    """New rows by COPY, changed ones by upsert. Another mirror group writing the same
+    database may have made a row meanwhile: theirs is overwritten (both say the same)."""
+    rows = {False: [], True: []}  # type: dict[bool, list[list[Any]]]
+    for rid, d in docs.items():
+        rows[d.stored].append([queue, rid, d.created_at, d.words, d.payloads, d.errors,
+                               d.last_event_id, d.last_dead_id])
+    bulk.insert(SearchDoc, COLUMNS, rows[False], key=KEY, update=FIELDS)
+    bulk.upsert(SearchDoc, COLUMNS, rows[True], key=KEY, update=FIELDS)
 
 
 def index_requests(
@@ -79,31 +97,27 @@ def index_requests(
     if not rids:
         return 0
     docs = _docs(queue, rids)
-    new: list[SearchDoc] = []
-    changed: list[SearchDoc] = []
+    out: dict[str, Doc] = {}
     for rid in rids:
         row = rows[rid]
-        doc = docs.get(rid)
-        fresh = [
-            (eid, f) for eid, f in events.get(rid, [])
-            if f.get("type") in TASK_EVENTS and (doc is None or sid(eid) > sid(doc.last_event_id))
-        ]
         created: datetime = row["created_at"]
-        if doc is None:
-            doc = SearchDoc(queue=queue, request_id=rid, created_at=created)
-            new.append(doc)
+        doc = docs.get(rid) or Doc(created)
+        after = sid(doc.last_event_id)
+        fresh = [(eid, f) for eid, f in events.get(rid, [])
+                 if f.get("type") in TASK_EVENTS and sid(eid) > after]
         ids = [tid for _, f in fresh for tid in f.get("ids", "").split()]
+        ids += [f["key"] for _, f in fresh if f.get("key")]  # its unique key (issue 37)
+        ids += [trace_id_of(f["tp"]) for _, f in fresh if f.get("tp")]  # trace id (issue 38)
         words = _words(doc.words, rid, row["tenant"], row["handler"], *ids)
-        if doc.pk is not None and not fresh and words == doc.words and doc.created_at == created:
+        if doc.stored and not fresh and words == doc.words and doc.created_at == created:
             continue  # the usual case: a later event of a request already indexed
         doc.words, doc.created_at = words, created
         for eid, f in fresh:
             doc.payloads = _append(doc.payloads, f.get("text", ""), PAYLOADS_MAX)
             doc.last_event_id = max(doc.last_event_id, eid, key=sid)
-        if doc.pk is not None:
-            changed.append(doc)
-    _save(new, changed)
-    return len(new) + len(changed)
+        out[rid] = doc
+    _save(queue, out)
+    return len(out)
 
 
 def index_letters(queue: str, letters: Sequence[DeadLetter]) -> int:
@@ -117,19 +131,17 @@ def index_letters(queue: str, letters: Sequence[DeadLetter]) -> int:
         return 0
     rids = list(by_request)
     docs = _docs(queue, rids)
-    created = dict(Request.objects.filter(queue=queue, request_id__in=rids)
-                   .values_list("request_id", "created_at"))
-    new: list[SearchDoc] = []
-    changed: list[SearchDoc] = []
+    created = dict(bulk.select(Request, ["request_id", "created_at"], {"queue": queue},
+                               "request_id", rids))
+    out: dict[str, Doc] = {}
     for rid, mine in by_request.items():
         doc = docs.get(rid)
         if doc is None:
             first = mine[0]
-            doc = SearchDoc(queue=queue, request_id=rid,
-                            created_at=created.get(rid) or min(x.dead_at for x in mine),
-                            words=_words("", rid, first.tenant, first.handler))
-            new.append(doc)
-        fresh = [x for x in mine if sid(x.entry_id) > sid(doc.last_dead_id)]
+            doc = Doc(created.get(rid) or min(x.dead_at for x in mine),
+                      words=_words("", rid, first.tenant, first.handler))
+        after = sid(doc.last_dead_id)
+        fresh = [x for x in mine if sid(x.entry_id) > after]
         if not fresh:
             continue
         for x in fresh:
@@ -137,7 +149,6 @@ def index_letters(queue: str, letters: Sequence[DeadLetter]) -> int:
             doc.payloads = _append(doc.payloads, x.payload[:ERROR_MAX], PAYLOADS_MAX)
             doc.last_dead_id = max(doc.last_dead_id, x.entry_id, key=sid)
         doc.words = _words(doc.words, *(x.task_id for x in fresh))
-        if doc.pk is not None:
-            changed.append(doc)
-    _save(new, changed)
-    return len(new) + len(changed)
+        out[rid] = doc
+    _save(queue, out)
+    return len(out)

@@ -17,6 +17,7 @@ from django.conf import settings
 from core.conf import DEFAULT_QUEUE, get_queue, redis_client
 from core.pipeline import jobs
 from core.queue import (
+    HandlerNotRun,
     InvalidInput,
     Queue,
     QueueError,
@@ -24,17 +25,19 @@ from core.queue import (
     StateChanged,
     UnknownRequest,
     UnknownWorker,
-    introspect,
+    read,
 )
 from core.queue.keys import validate_id, validate_task_id
+from core.queue.schedule.store import Schedules
 
 from . import audit
 from .audit import Actor, as_actor, describe_ids
 from .errors import BadInput, Refused, StaleState
 from .perms import permission_for
 
-__all__ = ["Actor", "PendingRef", "Result", "cancel", "claim", "delete_dead", "pause",
-           "reclaim_worker", "release", "requeue_dead", "requeue_request", "resume", "run_now"]
+__all__ = ["Actor", "PauseImpact", "PendingRef", "Result", "cancel", "claim", "delete_dead",
+           "pause", "pause_impact", "reclaim_worker", "release", "requeue_dead",
+           "requeue_request", "resume", "run_now"]
 
 CHUNK = 1000  # targets per call into Redis, and the most a direct action takes
 # How long a direct cancel (console, `manage.py cancel`) waits for a data job's running tasks
@@ -94,7 +97,7 @@ def open_queue(name: str) -> Queue:
     except InvalidInput as exc:
         raise BadInput(str(exc)) from None
     if name != DEFAULT_QUEUE:
-        names = introspect.queues(redis_client(), prefix=settings.QUEUE_PREFIX)
+        names = read.queues(redis_client(), prefix=settings.QUEUE_PREFIX)
         if name not in names:
             raise BadInput(f"there is no queue named {name!r}")
     return get_queue(name)
@@ -289,6 +292,12 @@ def claim(actor: Any, queue: str, entries: list[PendingRef], to_consumer: str) -
                 tally.acted += 1
             except (StateChanged, UnknownRequest):
                 tally.skipped += 1
+            except HandlerNotRun:
+                tally.skipped += 1
+                note = (f"{to_consumer} does not run the handler of some of them: they "
+                        "stay with their holder")
+                if note not in tally.notes:
+                    tally.notes.append(note)
 
     target = f"{_describe_refs(entries)} to {to_consumer}"
     return run(actor, "claim", queue, target, len(entries), validate, act)
@@ -296,7 +305,7 @@ def claim(actor: Any, queue: str, entries: list[PendingRef], to_consumer: str) -
 
 def _alive(q: Queue, worker: str) -> bool:
     """Whether `worker` beat within its --dead-after (15 s if its entry does not say)."""
-    beat, info = introspect.heartbeat(q, worker)
+    beat, info = read.heartbeat(q, worker)
     if beat is None:
         return False
     try:
@@ -347,7 +356,7 @@ def reclaim_worker(actor: Any, queue: str, worker: str) -> Result:
 
 
 def _why_alive(q: Queue, worker: str) -> str:
-    _, info = introspect.heartbeat(q, worker)
+    _, info = read.heartbeat(q, worker)
     try:
         known = bool(json.loads(info or "{}").get("dead_after_ms"))
     except (ValueError, TypeError, AttributeError):
@@ -357,6 +366,31 @@ def _why_alive(q: Queue, worker: str) -> str:
                 "nothing was reclaimed; the reaper takes its leases once they expire")
     return (f"worker {worker!r} beat within its --dead-after: it may still be running its "
             "tasks; nothing was reclaimed")
+
+
+@dataclass(frozen=True)
+class PauseImpact:
+    """What pausing a queue stops, and what goes on, as its confirmation says it."""
+
+    queue: str
+    paused: bool  # already
+    waiting: int  # tasks that stay waiting
+    running: int  # leased tasks: they finish
+    retries: int  # tasks in retry backoff: they come due into the paused queue and wait
+    delayed: int  # delayed requests (submitted with a due time): likewise
+    workers: int  # live workers of the queue
+    schedules: tuple[tuple[str, int | None], ...]  # active schedules: name, next slot (ms)
+
+
+def pause_impact(queue: str) -> PauseImpact:
+    """What a pause of `queue` would stop now (a read; nothing is audited, nothing changes)."""
+    q = open_queue(queue)
+    st = read.stats(q)
+    heads = Schedules(q).heads()
+    active = tuple((h.name, h.next_ms) for h in heads.values() if h.status == "active")
+    return PauseImpact(queue=queue, paused=st.paused, waiting=st.waiting, running=st.leased,
+                       retries=st.delayed, delayed=st.scheduled, workers=st.workers,
+                       schedules=active)
 
 
 def pause(actor: Any, queue: str) -> Result:

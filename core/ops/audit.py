@@ -9,17 +9,20 @@ from typing import Any
 
 from core.models import AuditEntry, BulkAction
 
-SOURCES = ("console", "admin", "cli")
+SOURCES = ("console", "admin", "cli", "api")
 TARGET_IDS_SHOWN = 50  # ids written into an entry's target; the count says how many in all
 
 
 @dataclass(frozen=True)
 class Actor:
-    """Who acts: a console or admin user, or an OS user at the command line (user None)."""
+    """Who acts: a console or admin user, or an OS user at the command line (user None), or
+    an HTTP API token ("token:<name>", its user, source "api", and its scope, which narrows
+    the user's permissions: core.ops.perms.scope_allows)."""
 
     name: str
     user: Any = None
     source: str = "console"
+    scope: str | None = None
 
 
 def as_actor(who: Any, source: str = "console") -> Actor:
@@ -77,10 +80,13 @@ def require_log() -> None:
 def may(actor: Actor, permission: str) -> bool:
     """Whether `actor` holds `permission`. A command line user may do everything: whoever
     can run manage.py holds the database's and Redis' credentials anyway."""
+    from .perms import scope_allows
+
     if actor.source == "cli" and actor.user is None:
         return True
     user = actor.user
-    return bool(user is not None and user.is_active and user.has_perm(permission))
+    return bool(user is not None and user.is_active and user.has_perm(permission)
+                and scope_allows(actor.scope, permission))
 
 
 def describe_ids(ids: list[str]) -> str:
@@ -102,12 +108,17 @@ def record(
     error: str = "",
     bulk: BulkAction | None = None,
 ) -> AuditEntry:
-    """Write one audit entry."""
+    """Write one audit entry. Its text is kept as given but for NUL, which PostgreSQL refuses
+    in any text (a 500 for an action whose bad input was being recorded): U+FFFD in its place."""
     return AuditEntry.objects.create(
-        actor=actor.name[:200], user=actor.user, source=actor.source, action=action,
-        queue=queue[:200], target=target, count=count, acted=acted, skipped=skipped,
-        refused=refused, error=error, bulk=bulk,
+        actor=_kept(actor.name[:200]), user=actor.user, source=actor.source, action=action,
+        queue=_kept(queue[:200]), target=_kept(target), count=count, acted=acted,
+        skipped=skipped, refused=refused, error=_kept(error), bulk=bulk,
     )
+
+
+def _kept(text: str) -> str:
+    return text.replace("\x00", "\ufffd")
 
 
 def entries(

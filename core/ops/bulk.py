@@ -27,6 +27,7 @@ from .errors import BadInput, Refused
 from .perms import permission_for
 
 ACTIONS = ("requeue", "delete", "cancel")
+PREVIEW = "preview"  # the audit action of a preview (the run's own entry is its action's)
 DEAD_FILTERS = ("handler", "tenant", "request", "fingerprint", "since", "until")
 REQUEST_FILTERS = ("state", "tenant", "priority", "handler", "since", "until", "id")
 UNFINISHED = ("open", "scheduled", "held", "active", "cancelling")
@@ -111,8 +112,12 @@ def describe(action: str, count: int, f: dict[str, str]) -> str:
     return f"{words} of {', '.join(parts)}" if parts else f"{words} (no filter: all of them)"
 
 
-def preview(actor: Any, action: str, queue: str, filters: dict[str, str]) -> BulkAction:
-    """The snapshot of the ids `filters` matches now, stored; nothing is done yet."""
+def preview(actor: Any, action: str, queue: str, filters: dict[str, str], *,
+            audited: bool = True) -> BulkAction:
+    """The snapshot of the ids `filters` matches now, stored; nothing is done yet. One audit
+    entry (action "preview", linked to the bulk action) says who looked at what and how many:
+    a preview reads every matching target and stores their ids. A caller whose own entry
+    covers the preview (the command line's run or dry run) passes audited=False."""
     who = as_actor(actor)
     if action not in ACTIONS:
         raise BadInput(f"action must be one of {', '.join(ACTIONS)}, not {action!r}")
@@ -141,10 +146,15 @@ def preview(actor: Any, action: str, queue: str, filters: dict[str, str]) -> Bul
         ]
     if len(ids) > MAX_TARGETS:
         raise BadInput(f"the filter matches over {MAX_TARGETS:,} targets: narrow it")
-    return BulkAction.objects.create(
-        action=action, queue=queue, filters=f, description=describe(action, len(ids), f),
-        target_ids=ids, count=len(ids), sample=sample, actor_name=who.name, user=who.user,
-    )
+    with transaction.atomic():
+        made = BulkAction.objects.create(
+            action=action, queue=queue, filters=f, description=describe(action, len(ids), f),
+            target_ids=ids, count=len(ids), sample=sample, actor_name=who.name, user=who.user,
+        )
+        if audited:
+            audit.record(who, PREVIEW, queue, target=f"bulk action #{made.pk}: "
+                         f"{made.description}", count=made.count, bulk=made)
+    return made
 
 
 def get(bulk_id: int) -> BulkAction:

@@ -1,30 +1,42 @@
 """Operator actions on recurring schedules, for the console and `manage.py schedule`: each
 checks its permission (operators run now, pause and resume; admins create, edit, delete and
-restore), acts through core.queue.schedule's store, and writes one audit entry (a refusal too)."""
+restore), acts through core.queue.schedule's store, and writes one audit entry (a refusal too).
+A data job schedule is saved only if its next run passes the checks of `datajob submit`
+(core.pipeline.submission), which each run passes again before it is queued."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from core.mirror.schedules import mark_removed
 from core.models import ScheduleRecord
+from core.pipeline.spec import SpecError
 from core.queue import InvalidInput, QueueError, RedisUnavailable, StateChanged
-from core.queue.schedule.spec import InvalidSchedule, Schedule
+from core.queue.schedule.spec import InvalidSchedule, Schedule, is_templated
 from core.queue.schedule.store import Change, Schedules, UnknownSchedule
 
 from . import audit
 from .actions import check_permission, open_queue
 from .audit import Actor
+from .datajobs import submit_slot
 from .errors import BadInput, StaleState
 
 T = TypeVar("T")
 
 
 def store(queue: str) -> Schedules:
-    """The schedules of `queue` (BadInput for a queue nobody has used)."""
-    return Schedules(open_queue(queue))
+    """The schedules of `queue` (BadInput for a queue nobody has used); a data job's run now
+    is submitted as the scheduler submits its slots."""
+    return Schedules(open_queue(queue), submit_job=submit_slot)
+
+
+def require(actor: Actor, action: str, queue: str, name: str) -> None:
+    """Refused, and the refusal audited, unless `actor` may do `action` (schedule-add, ...):
+    for a front end that refuses before it reads what was sent (an account with no role
+    learns nothing from a form's checks)."""
+    check_permission(actor, action, str(queue)[:128], f"schedule {str(name)[:128]}", 1)
 
 
 def _act(actor: Actor, action: str, queue: str, name: str, fn: Callable[[], T],
@@ -33,7 +45,7 @@ def _act(actor: Actor, action: str, queue: str, name: str, fn: Callable[[], T],
     check_permission(actor, action, queue, target, 1)
     try:
         result = fn()
-    except (InvalidInput, UnknownSchedule) as exc:
+    except (InvalidInput, UnknownSchedule, SpecError) as exc:
         audit.record(actor, action, queue, target=target, count=1, error=str(exc)[:500])
         raise BadInput(str(exc)) from None
     except StateChanged as exc:
@@ -57,8 +69,35 @@ def save(actor: Actor, schedule: Schedule, *, mode: str = "upsert",
     action = "schedule-add" if mode == "create" else "schedule-edit"
     st = Schedules(_queue_for_new(schedule.queue))
     return _act(actor, action, schedule.queue, schedule.name,
-                lambda: st.upsert(schedule, mode=mode, expect_version=expect_version),
+                lambda: st.upsert(checked(schedule, st.now_ms()), mode=mode,
+                                  expect_version=expect_version),
                 lambda c: c.status != "unchanged")
+
+
+def checked(schedule: Schedule, now_ms: int) -> Schedule:
+    """The schedule as it is saved: a data job's, after the checks of `datajob submit` on the
+    job of its next slot (paths under the data roots and as Spark reads them, the SQL, its
+    columns, the output), its local paths made absolute; SpecError saying what to change. Its
+    runs are checked again, each before it is queued (datajobs.submit_slot)."""
+    if schedule.job is None:
+        return schedule
+    from core.pipeline import submission
+
+    s = replace(schedule, job=submission.absolute_paths(schedule.job))
+    job = s.job or {}
+    if not is_templated(job.get("output")) and job.get("overwrite") is not True \
+            and job.get("mode") != "append":
+        raise SpecError(
+            f"the data job's output {job.get('output')!r} is the same for every run: the "
+            "first run completes it and each later one would be refused; template it with the "
+            "run's slot (such as var/out/delays/{date}; {datetime} or {slot} for more than one "
+            'run a day), set "overwrite": true to replace it each time, or "mode": "append" '
+            "to add each slot's rows to it")
+    slot = s.after(now_ms) or now_ms
+    submission.scheduled_job(s.job_fields(slot, s.request_id(slot)),
+                             input_may_be_missing=is_templated(job.get("input")))
+    submission.scheduled_options(s.options)
+    return s
 
 
 def _queue_for_new(queue: str) -> Any:

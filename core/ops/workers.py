@@ -11,7 +11,7 @@ from typing import Any
 from django.conf import settings
 
 from core.conf import DEFAULT_QUEUE, get_queue, redis_client
-from core.queue import InvalidInput, Queue, QueueError, UnknownWorker, introspect
+from core.queue import InvalidInput, Queue, QueueError, UnknownWorker, read
 from core.queue.keys import validate_id
 from core.queue.models import WorkerInfo
 
@@ -78,7 +78,7 @@ def control(who: Any, command: str, worker: str, *, queue: str | None = None) ->
 def _find(name: str, queue: str | None) -> tuple[Queue, WorkerInfo | None]:
     if queue is not None:
         q = open_queue(queue)
-        return q, introspect.worker(q, name)
+        return q, read.worker(q, name)
     return _search(name)
 
 
@@ -91,11 +91,11 @@ def home_of(worker: str) -> Queue:
 
 
 def _search(name: str) -> tuple[Queue, WorkerInfo]:
-    names = list(dict.fromkeys([DEFAULT_QUEUE, *introspect.queues(
+    names = list(dict.fromkeys([DEFAULT_QUEUE, *read.queues(
         redis_client(), prefix=settings.QUEUE_PREFIX)]))
     for n in names:
         q = get_queue(n)
-        found = introspect.worker(q, name)
+        found = read.worker(q, name)
         if found is not None:
             return q, found
     raise BadInput(f"there is no worker named {name!r} in any queue ({len(names)} looked "

@@ -9,6 +9,8 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .errors import DataJobError
+from .roots import GLOB_CHARS
 from .spec import JobSpec, view_format
 
 if TYPE_CHECKING:
@@ -37,12 +39,25 @@ def read_input(session: SparkSession, spec: JobSpec, files: list[str] | None = N
                base: str | None = None, schema: StructType | None = None) -> DataFrame:
     """The job's input, or only `files` of it (whose `name=value` folders under `base` give
     columns); `schema` spares a CSV or JSON input Spark's inference (the split's)."""
+    if files is not None:
+        _literal(files)
     r: Any = reader_for(session, spec.format)
     if base is not None:
         r = r.option("basePath", base)
     if schema is not None:
         r = r.schema(schema)
     return r.load(files if files is not None else spec.input)  # type: ignore[no-any-return]
+
+
+def _literal(files: list[str]) -> None:
+    """Refuse to give Spark, by name, a file whose name it would read as a pattern: the
+    split's listing was taken after the job's paths were checked (roots.check_input refuses
+    such names in an input), and a name like `{.,x/}.` would be expanded to `..`."""
+    bad = next((f for f in files if GLOB_CHARS & set(f)), None)
+    if bad is not None:
+        raise DataJobError(f"the input holds {bad}, whose name Spark would read as a pattern "
+                           "(Hadoop's glob: { } [ ] * ? \\): rename it, or move it out of the "
+                           "input", permanent=True)
 
 
 SMALL_PARTS_BYTES = 2 * 1024 * 1024  # parts up to this size on disk go to Spark in the plan
@@ -138,11 +153,15 @@ def register_views(session: SparkSession, spec: JobSpec) -> None:
         frame.createOrReplaceTempView(name)
 
 
-def write(df: DataFrame, path: Path, fmt: str, *, one_file: bool = True) -> None:
+def write(df: DataFrame, path: Path, fmt: str, *, one_file: bool = True,
+          partition_by: list[str] | None = None) -> None:
     """`df` in `fmt` under the directory `path`, overwritten: as one file (coalesce(1): the
-    combine step's output), or as Spark's tasks write it (a chunk's part: coalescing would run
-    a chunk's whole scan in one task, on one core)."""
+    combine step's output; one per partition folder with `partition_by`), or as Spark's tasks
+    write it (a chunk's part: coalescing would run a chunk's whole scan in one task, on one
+    core); with `partition_by`, in Hive-style folders `COL=value/` of those columns."""
     w = (df.coalesce(1) if one_file else df).write.mode("overwrite").format(fmt)
+    if partition_by:
+        w = w.partitionBy(*partition_by)
     if fmt == "csv":
         w = w.option("header", "true")
     w.save(str(path))
@@ -152,13 +171,13 @@ def parquet_rows(directory: Path) -> int:
     """The rows of the Parquet files Spark wrote in `directory`, from their footers."""
     import pyarrow.parquet as pq
 
-    return sum(pq.read_metadata(f).num_rows for f in data_files(directory))
+    return sum(pq.read_metadata(f).num_rows for f in tree_files(directory))
 
 
 def write_arrow(table: Any, directory: Path) -> None:
     """An Arrow table as the one Parquet file of the new directory `directory`: a chunk's
     part that came back to its worker (the combine reads it as the parts' schema says), or a
-    small combine's output (tasks._combined_here)."""
+    small combine's output (combine._combined_here)."""
     import pyarrow.parquet as pq
 
     directory.mkdir()
@@ -205,3 +224,13 @@ def data_files(directory: Path) -> list[Path]:
     """The data files Spark wrote in `directory` (not its checksums or markers)."""
     return sorted(p for p in directory.iterdir()
                   if p.is_file() and not p.name.startswith((".", "_")))
+
+
+def tree_files(directory: Path) -> list[Path]:
+    """The data files Spark wrote in `directory` and its partition folders (`COL=value/`),
+    in a stable order; hidden and `_` names skipped, as readers skip them."""
+    out: list[Path] = []
+    for root, dirs, names in os.walk(directory):
+        dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
+        out += [Path(root, n) for n in sorted(names) if not n.startswith((".", "_"))]
+    return out

@@ -13,8 +13,9 @@ Both are created, with the job's record, by one atomic engine call (Producer.sub
 a crash during a submit leaves the whole job or nothing.
 
 The job's own record (the engine's records of kind "datajob": records()) holds the spec, the
-number of chunks, each chunk's report (rows in and out, seconds, attempt, worker) and, once
-done, the manifest.
+split's plan and Spark's EXPLAIN of the job's SQL, each chunk's report (rows in and out,
+seconds, attempt, worker, Spark's input and shuffle bytes) and, once done, the manifest; the
+mirror copies it into the database (core.mirror.datajobs), where it outlives its 7 days.
 """
 
 from __future__ import annotations
@@ -38,12 +39,14 @@ from core.queue import (
     Queue,
     RequestIdTaken,
     UnknownRequest,
-    introspect,
+    read,
 )
 from core.queue.models import DeadLetter, RequestInfo
 from core.queue.records import Records
 
+from .reports import ChunkReport as ChunkReport  # re-exported: jobs.ChunkReport
 from .spec import JobSpec, SpecError
+from .unique_output import output_key
 
 log = logging.getLogger("queueadmin.pipeline")
 HANDLER = "datajob"
@@ -104,14 +107,14 @@ def check_id_free(q: Queue, job_id: str) -> None:
 
 def _check_id_free(q: Queue, job_id: str) -> RequestInfo | None:
     """check_id_free(), returning the job's chunk request as it is now (None: none)."""
-    req = introspect.request(q, job_id)
+    req = read.request(q, job_id)
     if req is not None and (
         req.handler != HANDLER or req.after is not None
         or (not records(q).has(job_id, "spec")
             and not (req.state == "open" and req.total == 0))
     ):
         raise _not_a_job(q, job_id, req, "a data job")
-    comb = introspect.request(q, combine_id(job_id))
+    comb = read.request(q, combine_id(job_id))
     if comb is not None and (comb.handler != HANDLER or comb.after != job_id):
         raise _not_a_job(q, combine_id(job_id), comb,
                          f"the combine step of data job {job_id}")
@@ -149,17 +152,17 @@ def check_size(spec: JobSpec) -> None:
 
 
 def submit(q: Queue, spec: JobSpec, options: QueueOptions | None = None, *,
-           run_at: datetime | None = None, delay: float | None = None) -> bool:
-    """Queue the job (spec checked by make_spec); returns False if a job with this id existed
-    (nothing is changed then, so a retried submit is harmless). JobIdTaken or SpecError, with
-    nothing written, if the id (or its combine id) is another request's, or the job's
-    description does not fit in its tasks. With `run_at` or `delay` (Queue.submit's) the
-    chunk request is scheduled: its split waits for that time, and the rest behind it.
+           run_at: datetime | None = None, delay: float | None = None,
+           unique_output: bool = True) -> bool:
+    """Queue the job (spec checked by make_spec); False, with nothing changed, if a job of
+    this id existed or (`unique_output`) another job writing its output waits or runs (which:
+    read.unique_holder(q, output_key(spec.output))). JobIdTaken or SpecError, with nothing
+    written, if the id (or its combine id) is another request's, or the job's description
+    does not fit in its tasks. With `run_at` or `delay` the chunk request is scheduled.
 
-    One engine call writes the whole job (Producer.submit_flow): the chunk request, open,
-    with its split task; the combine request held behind it; the job's record. A crash
-    leaves all of it or nothing, and a job whose requests expired before its record runs
-    again as a new job (its old record replaced)."""
+    One engine call (Producer.submit_flow) writes the chunk request, open, with its split
+    task; the combine request held behind it; the job's record: all or nothing; a job whose
+    requests expired before its record runs again as a new job (its old record replaced)."""
     o = options or QueueOptions()
     check_size(spec)
     check_tasks(q, spec)
@@ -178,7 +181,8 @@ def submit(q: Queue, spec: JobSpec, options: QueueOptions | None = None, *,
     try:
         flow = q.submit_flow([payload("split", spec)], handler=HANDLER,
                              request_id=spec.job_id, seal=False, run_at=run_at, delay=delay,
-                             concurrency=o.concurrency, then=combine, record=record, **opts)
+                             concurrency=o.concurrency, then=combine, record=record, **opts,
+                             unique_key=output_key(spec.output) if unique_output else None)
     except RequestIdTaken as exc:  # the combine id was taken since the check: say by what
         _check_id_free(q, spec.job_id)
         raise JobIdTaken(f"--request-id {spec.job_id!r}: {exc}") from None
@@ -195,26 +199,10 @@ def _finish_half_made(q: Queue, spec: JobSpec, opts: dict[str, Any]) -> bool:
                                 keep_s=RECORD_TTL_S, at_ms=now_ms)
     q.submit_after(spec.job_id, [payload("combine", spec)], handler=HANDLER,
                    request_id=combine_id(spec.job_id), **opts)
-    info = introspect.request(q, spec.job_id)
+    info = read.request(q, spec.job_id)
     if info is not None and info.total == 0 and info.state in ("open", "scheduled"):
         q.add(spec.job_id, [payload("split", spec)])
     return created
-
-
-@dataclass
-class ChunkReport:
-    chunk: int
-    rows_in: int | None  # None: not counted (a CSV or JSON chunk)
-    rows_out: int
-    seconds: float
-    attempt: int
-    worker: str
-
-    @classmethod
-    def from_json(cls, text: str) -> ChunkReport:
-        d = json.loads(text)
-        return cls(**{k: d[k] for k in ("chunk", "rows_in", "rows_out", "seconds", "attempt",
-                                        "worker")})
 
 
 @dataclass
@@ -266,17 +254,23 @@ def describe_letter(letter: DeadLetter) -> str:
             f"{letter.error}")
 
 
-def status(q: Queue, job_id: str) -> JobStatus:
-    """The job's state, chunks, reports, manifest and failures, from Redis."""
-    rec = records(q).all(job_id)
+def status(q: Queue, job_id: str, rec: dict[str, str] | None = None) -> JobStatus:
+    """The job's state, chunks, reports, manifest and failures, from Redis (`rec`: its record
+    as read already)."""
+    rec = records(q).all(job_id) if rec is None else rec
     spec = JobSpec.from_dict(json.loads(rec["spec"])) if "spec" in rec else None
-    req = introspect.request(q, job_id)
-    comb = introspect.request(q, combine_id(job_id))
+    req = read.request(q, job_id)
+    comb = read.request(q, combine_id(job_id))
     reports = {int(k.split(":", 1)[1]): ChunkReport.from_json(v)
                for k, v in rec.items() if k.startswith("chunk:")}
     manifest = json.loads(rec["manifest"]) if "manifest" in rec else None
+    if manifest is None and comb is not None and comb.state == "done":
+        # The combine step ended between the record's read and its request's: its manifest,
+        # written before it ended, is there now (a done job is never shown without it).
+        text = records(q).get(job_id, "manifest")
+        manifest = json.loads(text) if text else None
     letters = [d for rid in (job_id, combine_id(job_id))
-               for d in introspect.request_dead_letters(q, rid)]
+               for d in read.request_dead_letters(q, rid)]
     failures = [describe_letter(d) for d in letters]
     chunks = int(rec["chunks"]) if "chunks" in rec else None
     st = JobStatus(job_id, spec, "running", chunks, reports, manifest, failures, req, comb,
@@ -302,22 +296,27 @@ def status(q: Queue, job_id: str) -> JobStatus:
 
 def wait(q: Queue, job_id: str, *, timeout: float | None = None, poll: float = 0.25,
          on_change: Any = None) -> JobStatus:
-    """Poll the job until it finishes (or `timeout` s); `on_change(status)` after each change.
-    Every 0.05 s at first, slowing down to every `poll` s over the first ten seconds: a short
-    job is seen done at once, a long one costs Redis a few reads a second."""
+    """Follow the job until it finishes (or `timeout` s); `on_change(status)` after each change.
+    It wakes the moment either of the job's requests completes (the engine's announcement of
+    it), and reads the chunks' progress every 0.05 s at first, slowing down to every `poll` s
+    over the first ten seconds. It slept between reads before: a job was seen done up to a
+    poll after it was (0.05-0.25 s of a small job's 1-2 s)."""
     started = time.monotonic()
     deadline = None if timeout is None else started + timeout
     last: tuple[Any, ...] | None = None
-    while True:
-        st = status(q, job_id)
-        seen = (st.state, st.chunks, len(st.reports), len(st.failures),
-                st.request.done if st.request else None)
-        if seen != last and on_change is not None:
-            on_change(st)
-        last = seen
-        if st.finished or (deadline is not None and time.monotonic() > deadline):
-            return st
-        time.sleep(min(poll, 0.05 + (time.monotonic() - started) / 40))
+    with q.completions([job_id, combine_id(job_id)]) as woken:
+        while True:
+            st = status(q, job_id)
+            seen = (st.state, st.chunks, len(st.reports), len(st.failures),
+                    st.request.done if st.request else None)
+            if seen != last and on_change is not None:
+                on_change(st)
+            last = seen
+            now = time.monotonic()
+            if st.finished or (deadline is not None and now > deadline):
+                return st
+            pause = min(poll, 0.05 + (now - started) / 40)
+            woken(pause if deadline is None else min(pause, max(0.0, deadline - now)))
 
 
 # -- cancel and clean up -----------------------------------------------------------------
@@ -328,7 +327,7 @@ CANCEL_WAIT_S = 30.0  # how long `datajob cancel` waits for running tasks to sto
 def job_of(q: Queue, request_id: str) -> str | None:
     """The data job whose request `request_id` is (its chunk request or its combine
     follow-up, while the job's record lasts), or None for any other request."""
-    info = introspect.request(q, request_id)
+    info = read.request(q, request_id)
     if info is not None and info.handler != HANDLER:
         return None
     job = request_id
@@ -372,7 +371,7 @@ CLEANABLE = ("cancelled", "expired")  # never a running, held, failed or done jo
 
 def _leased(q: Queue, job_id: str) -> tuple[int, bool]:
     """Tasks of the job leased now, and whether a request of it is still stopping."""
-    infos = [introspect.request(q, rid) for rid in (job_id, combine_id(job_id))]
+    infos = [read.request(q, rid) for rid in (job_id, combine_id(job_id))]
     leased = sum(i.leased for i in infos if i is not None)
     return leased, any(i is not None and i.state == "cancelling" for i in infos)
 

@@ -15,6 +15,15 @@ are resolved:
 
 A root may also be a URL prefix (`s3a://bucket/data/`): a remote path must start with it and
 hold no `..` segment.
+
+And every path is checked as Spark will read it. Spark hands a path holding any of Hadoop's
+glob characters (`{ } [ ] * ? \\`) to FileSystem.globStatus, which expands `{a,b/c}` before it
+matches anything: `.{./,x/}.` reads as `..`, so a path that is a plain folder under a root
+here can name a file outside every root there. Those characters are refused, not expanded
+(an expansion checked here would have to follow Hadoop's exactly, forever): an input may use
+`*` and `?` in its last part only (`data/*.parquet`), where they match names in one folder
+that is checked; a view and an output none at all; and no file that Spark is given by name
+(the files of a directory input, the matches of an input's wildcard) may hold one.
 """
 
 from __future__ import annotations
@@ -28,6 +37,10 @@ from pathlib import Path
 from .spec import SpecError, is_local, local_path
 
 DATA_DIRS = ("sample", "data", "out")  # the folders of var/ that hold data, not secrets
+# Hadoop's glob syntax: Spark globs a path holding any of these (SparkHadoopUtil.isGlobPath).
+GLOB_CHARS = frozenset("{}[]*?\\")
+WILDCARDS = frozenset("*?")  # the only ones an input may use, in its last part
+HIDDEN = (".", "_")  # names Spark and the split's listing skip in a folder
 
 
 class OutsideRoots(SpecError):
@@ -82,6 +95,48 @@ def _private(path: str, roots: DataRoots) -> bool:
     return not any(_within(path, os.path.join(var, d)) for d in DATA_DIRS)
 
 
+def spark_pattern(path: str, what: str, *, wildcards: bool) -> None:
+    """OutsideRoots unless Spark reads `path` as the text it is: no Hadoop glob character in it
+    (with `wildcards`, an input's: `*` and `?` in its last part only, where they match names of
+    one folder, which is checked). The one check of the form, the CLI, the scheduler and the
+    worker, through check_input and check_output."""
+    found = [c for c in path if c in GLOB_CHARS]
+    if not found:
+        return
+    parts = path.rstrip("/").split("/")
+    if wildcards:
+        strict = [c for c in found if c not in WILDCARDS]
+        if not strict:
+            inner = next((p for p in parts[:-1] if WILDCARDS & set(p)), None)
+            if inner is None:
+                return
+            raise OutsideRoots(
+                f"{what} {path!r}: a wildcard (* or ?) may stand in the path's last part only "
+                f"(such as data/*.parquet), not in a folder's name ({inner!r})")
+        raise OutsideRoots(
+            f"{what} {path!r} holds '{strict[0]}', which Spark reads as a pattern (Hadoop's "
+            "glob: {a,b/c} is expanded before anything is matched, and could name a folder "
+            "outside the data roots): an input may use only * and ?, in its last part (such as "
+            "data/*.parquet), and none of { } [ ] \\")
+    raise OutsideRoots(
+        f"{what} {path!r} holds '{found[0]}', which Spark reads as a pattern (Hadoop's glob: "
+        "{ } [ ] * ? \\; {a,b/c} is expanded before anything is matched, and could name a "
+        f"folder outside the data roots): {'an output' if what == '--output' else 'a view'} "
+        "is a path without any of them")
+
+
+def _spark_name(name: str, where: str, given: str, what: str) -> None:
+    """OutsideRoots for a file or folder that Spark would be given by name (a file of a
+    directory input, a match of its wildcard) whose name it would read as a pattern."""
+    bad = next((c for c in name if c in GLOB_CHARS), None)
+    if bad is not None:
+        raise OutsideRoots(
+            f"{what} {given!r} holds {where}, whose name has '{bad}': Spark is given each file "
+            "of an input by name and would read it as a pattern (Hadoop's glob: { } [ ] * ? "
+            "\\), which could name a file outside the data roots; rename it, or move it out "
+            "of the input")
+
+
 def _remote(path: str, what: str, roots: tuple[str, ...], described: str) -> str:
     rest = path.split("://", 1)[1]
     if any(part == ".." for part in rest.split("/")) or "?" in rest or "#" in rest:
@@ -91,11 +146,14 @@ def _remote(path: str, what: str, roots: tuple[str, ...], described: str) -> str
     return path
 
 
-def check_input(path: str, roots: DataRoots, *, what: str = "input") -> str:
-    """`path` (a file, directory or glob) resolved, if everything it names lies under an input
-    or output root; OutsideRoots otherwise."""
+def check_input(path: str, roots: DataRoots, *, what: str = "input",
+                wildcards: bool = True) -> str:
+    """`path` (a file, directory or, with `wildcards`, a glob: an input's, not a view's)
+    resolved, if everything it names lies under an input or output root and Spark reads it as
+    it is checked here; OutsideRoots otherwise."""
     allowed = roots.inputs + roots.outputs
     described = roots.describe()
+    spark_pattern(path, what, wildcards=wildcards)
     if not is_local(path):
         return _remote(path, what, allowed, described)
     absolute = os.path.abspath(os.path.expanduser(local_path(path)))
@@ -103,11 +161,14 @@ def check_input(path: str, roots: DataRoots, *, what: str = "input") -> str:
     base = _glob_base(absolute) if magic else absolute
     resolved = os.path.realpath(base)
     _check_local(resolved, path, what, roots, allowed, described)
-    for match in (glob.glob(absolute) if magic else [absolute]):
+    # Hidden names too: what Spark's glob matches is not Python's to decide.
+    for match in (glob.glob(absolute, include_hidden=True) if magic else [absolute]):
         real = os.path.realpath(match)
         _check_local(real, path, what, roots, allowed, described)
+        if magic and wildcards and not os.path.basename(match).startswith(HIDDEN):
+            _spark_name(os.path.basename(match), match, path, what)
         if os.path.isdir(real):
-            _check_tree(real, path, what, roots, allowed, described)
+            _check_tree(real, path, what, roots, allowed, described, names=wildcards)
     return os.path.join(resolved, os.path.relpath(absolute, base)) if magic else resolved
 
 
@@ -135,11 +196,18 @@ def _check_local(real: str, given: str, what: str, roots: DataRoots, allowed: tu
 
 
 def _check_tree(top: str, given: str, what: str, roots: DataRoots, allowed: tuple[str, ...],
-                described: str) -> None:
-    """Every symbolic link below `top` must stay under the roots (Spark follows links)."""
+                described: str, *, names: bool = False) -> None:
+    """Every symbolic link below `top` must stay under the roots (Spark follows links); with
+    `names` (an input, whose files Spark is given one by one by the split's listing), no file
+    or folder that the listing takes may have a name Spark would read as a pattern."""
     for root, dirs, files in os.walk(top):
+        listed = names and not any(part.startswith(HIDDEN)
+                                   for part in os.path.relpath(root, top).split(os.sep)
+                                   if part != ".")
         for name in dirs + files:
             p = os.path.join(root, name)
+            if listed and not name.startswith(HIDDEN):
+                _spark_name(name, p, given, what)
             if not os.path.islink(p):
                 continue
             real = os.path.realpath(p)
@@ -153,6 +221,7 @@ def _check_tree(top: str, given: str, what: str, roots: DataRoots, allowed: tupl
 def check_output(path: str, roots: DataRoots) -> str:
     """`path` resolved, if it lies strictly inside an output root; OutsideRoots otherwise."""
     described = roots.describe(output=True)
+    spark_pattern(path, "--output", wildcards=False)
     if not is_local(path):
         return _remote(path, "--output", roots.outputs, described)
     absolute = os.path.abspath(os.path.expanduser(local_path(path)))

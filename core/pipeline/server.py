@@ -4,8 +4,8 @@
 `spark-class`), supervises it like the other services, and warms it with a first job; the
 workers talk to it as thin clients (no JVM in a worker process: a worker's restart costs no
 JVM start, and one JVM uses the machine's cores for whichever chunks run). Inside it, Spark's
-FAIR scheduler gives each data job a pool of its own (core.pipeline.spark.job_pool), so a small
-job's chunk does not wait behind a big job's tasks.
+FAIR scheduler gives each data job a pool of its own (core.pipeline.spark_query.job_pool), so a
+small job's chunk does not wait behind a big job's tasks.
 
 On a cluster, SPARK_REMOTE points the workers at a Connect server there instead (this module
 is then not used), and SPARK_MASTER gives each worker a classic session of its own.
@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .spark import LOG4J, parse_conf  # spark imports no PySpark at import
+from .spark_target import LOG4J, parse_conf  # imports no PySpark
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 # An operation whose client went away (a worker killed mid-chunk) runs on in a Connect server
@@ -92,7 +91,7 @@ def server_conf(config: ServerConfig) -> dict[str, str]:
         "spark.sql.sources.parallelPartitionDiscovery.threshold": "100000",
         "spark.hadoop.parquet.enable.summary-metadata": "false",
         # A chunk whose aggregate came out big is refused past this, not held in the heap
-        # (tasks._returned: the job's chunks then let Spark write their parts).
+        # (chunk._returned: the job's chunks then let Spark write their parts).
         "spark.driver.maxResultSize": "128m",
         "spark.connect.execute.manager.detachedTimeout": DETACHED_TIMEOUT,
         "spark.connect.execute.manager.maintenanceInterval": "5s",
@@ -145,27 +144,6 @@ def prepare(config: ServerConfig) -> None:
     config.local_dir.mkdir(parents=True, exist_ok=True)
 
 
-def listening(host: str, port: int, timeout: float = 0.5) -> bool:
-    try:
-        socket.create_connection((host, port), timeout=timeout).close()
-    except OSError:
-        return False
-    return True
-
-
-def wait_listening(host: str, port: int, *, timeout: float, alive: object = None) -> bool:
-    """Until something listens on host:port (True) or `timeout` s pass (False); `alive`, a
-    callable, stops the wait early when it says the server died."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if listening(host, port):
-            return True
-        if callable(alive) and not alive():
-            return False
-        time.sleep(0.1)
-    return False
-
-
 WARM_SQL = ("SELECT k, m, sum(v) AS s, count(v) AS n, max(t) AS t FROM chunk "
             "GROUP BY k, m")
 
@@ -195,12 +173,3 @@ def warm(url: str, scratch: Path, *, rows: int = 300_000) -> float:
         session.stop()
         shutil.rmtree(scratch, ignore_errors=True)
     return time.monotonic() - started
-
-
-def parse_url(url: str) -> tuple[str, int]:
-    """host and port of a Spark Connect URL, sc://host:port[/;params]."""
-    rest = url.split("://", 1)[1].split("/", 1)[0]
-    host, colon, port = rest.rpartition(":")
-    if not colon or rest.endswith("]"):  # no port (sc://host, sc://[::1]): Spark's default
-        host, port = rest, ""
-    return (host.strip("[]") or "127.0.0.1"), int(port or 15002)

@@ -15,6 +15,8 @@ from .errors import PipelineError
 
 FORMATS = ("parquet", "csv", "json")
 OUTPUT_FORMATS = ("parquet", "csv")
+MODES = ("overwrite", "append")
+MAX_PARTITION_COLUMNS = 8
 MAX_CHUNKS = 10_000
 RESERVED_VIEWS = ("chunk", "parts")
 _VIEW_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
@@ -43,6 +45,15 @@ class JobSpec:
     chunks: int | None = None
     rows_per_chunk: int | None = None
     overwrite: bool = False
+    # Hive-style partition folders (`COL=value/`) of the output, by these columns of it
+    partition_by: list[str] = field(default_factory=list)
+    # overwrite: the output is this run's rows; append: the output's earlier runs' rows stay
+    # and this run's replace those an earlier run of the same job id wrote (output.py)
+    mode: str = "overwrite"
+    # reuse the parts of the output's last run's chunks whose files did not change
+    # (incremental.py); files told apart by a SHA-256 of their bytes with content_hash
+    incremental: bool = False
+    content_hash: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -71,6 +82,15 @@ class JobSpec:
 
     def part_dir(self, k: int) -> Path:
         return self.staging / "parts" / f"{k:05d}"
+
+    @property
+    def run_tag(self) -> str:
+        """What the names of this run's files carry in an appended output: a digest of the
+        job id (a schedule's slot has one id), so that a run's own files are told apart by
+        name whatever characters the id holds."""
+        import hashlib
+
+        return "r" + hashlib.sha256(self.job_id.encode()).hexdigest()[:16]
 
 
 def is_local(path: str) -> bool:

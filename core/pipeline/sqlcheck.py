@@ -25,10 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import sqlglot
 from sqlglot import exp
+from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import OptimizeError, ParseError, TokenError
 from sqlglot.optimizer.qualify import qualify
+from sqlglot.tokenizer_core import Token, TokenType
 
 from .spec import SpecError
 
@@ -71,6 +72,17 @@ _FORBIDDEN: dict[type[exp.Expr], str] = {
     exp.Revoke: "REVOKE",
     exp.Execute: "EXECUTE IMMEDIATE",
 }
+# What may not follow a comma: the end of a list (a clause, a closing bracket, the end).
+_AFTER_NO_COMMA = frozenset({
+    TokenType.FROM, TokenType.WHERE, TokenType.GROUP_BY, TokenType.HAVING, TokenType.QUALIFY,
+    TokenType.ORDER_BY, TokenType.CLUSTER_BY, TokenType.DISTRIBUTE_BY, TokenType.SORT_BY,
+    TokenType.UNION, TokenType.INTERSECT, TokenType.EXCEPT, TokenType.JOIN, TokenType.R_PAREN,
+    TokenType.R_BRACKET, TokenType.COMMA, TokenType.SEMICOLON})
+# What may not come just before a comma: the start of a list.
+_BEFORE_NO_COMMA = frozenset({
+    TokenType.SELECT, TokenType.DISTINCT, TokenType.FROM, TokenType.GROUP_BY,
+    TokenType.ORDER_BY, TokenType.CLUSTER_BY, TokenType.DISTRIBUTE_BY, TokenType.SORT_BY,
+    TokenType.PARTITION_BY, TokenType.L_PAREN, TokenType.L_BRACKET, TokenType.COMMA})
 _NAME = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*\(")
 _UNRESOLVED = re.compile(r"Column '([^']+)' could not be resolved|Unknown column: (\S+)")
 
@@ -94,7 +106,7 @@ class CheckedSQL:
     # the bytes a job reads, not the whole file's)
     reads: Mapping[str, frozenset[str]] | None = None
     # an aggregate (GROUP BY, aggregate functions) or a LIMIT at the outer level: a result that
-    # is usually small next to what it reads (tasks.py sends a chunk's back to its worker)
+    # is usually small next to what it reads (chunk.py sends a chunk's back to its worker)
     aggregates: bool = False
 
 
@@ -130,10 +142,15 @@ def check_sql(sql: str, *, option: str, views: Mapping[str, Schema | None],
 
 
 def _parse(sql: str, option: str) -> exp.Expr:
+    dialect = Dialect.get_or_raise(DIALECT)
     try:
-        statements = [s for s in sqlglot.parse(sql, dialect=DIALECT) if s is not None]
-    except (ParseError, TokenError) as exc:
-        raise SQLRefused(f"{option} does not parse: {_first_line(exc)}") from None
+        tokens = dialect.tokenize(sql)
+    except TokenError as exc:
+        raise SQLRefused(f"{option} does not parse: {_token_error(exc, sql)}") from None
+    try:
+        statements = [s for s in dialect.parser().parse(tokens, sql) if s is not None]
+    except ParseError as exc:
+        raise SQLRefused(f"{option} does not parse: {_parse_error(exc, tokens, sql)}") from None
     if not statements:
         raise SQLRefused(f"{option} is empty")
     if len(statements) > 1:
@@ -145,12 +162,84 @@ def _parse(sql: str, option: str) -> exp.Expr:
         what = _FORBIDDEN.get(type(tree))
         if what is None and isinstance(tree, exp.Condition | exp.Alias | exp.Identifier):
             # An expression, not a statement: `SELEC x` reads as the column SELEC, aliased x.
-            raise SQLRefused(f"{option} does not parse as a query: it should start with "
-                             "SELECT or WITH")
+            raise SQLRefused(f"{option} does not parse: {_unexpected(tokens[0], sql)} (a query "
+                             "starts with SELECT or WITH)")
         what = what or type(tree).__name__.upper()
         raise SQLRefused(f"{option} is {what}: a job's SQL is one query (SELECT, or WITH ... "
                          "SELECT, or a UNION of them) over the job's own views")
+    _no_dangling_comma(tokens, sql, option)
     return tree
+
+
+def _where(sql: str, offset: int) -> str:
+    """`line L, column C` (from 1) of the character at `offset` of the text as typed."""
+    line_start = sql.rfind("\n", 0, offset) + 1
+    return f"line {sql.count(chr(10), 0, offset) + 1}, column {offset - line_start + 1}"
+
+
+def _unexpected(token: Token, sql: str) -> str:
+    return f"unexpected {_shown(token)} at {_where(sql, token.start)}"
+
+
+def _shown(token: Token) -> str:
+    return repr(token.text if len(token.text) <= 40 else token.text[:37] + "...")
+
+
+def _token_error(exc: TokenError, sql: str) -> str:
+    """A tokenizer's refusal (an unclosed quote or comment), placed in the text as typed."""
+    cause = exc.__cause__ or exc.__context__
+    m = re.match(r"Missing (.+) from (\d+):(\d+)", str(cause or ""))
+    if m is not None:
+        return (f"the {m.group(1)} opened at line {m.group(2)}, column {int(m.group(3)) + 1} "
+                "is not closed")
+    if isinstance(cause, IndexError):  # the scanner ran past the end of the text
+        return "it ends inside a quote or a comment that is not closed"
+    return _first_line(exc)
+
+
+def _parse_error(exc: ParseError, tokens: list[Token], sql: str) -> str:
+    """Where the parser stopped, in the text as typed: `unexpected 'SELEC' at line 1, column 1`.
+    A first word that is no keyword at all is the culprit, whatever the parser tripped on
+    after it (`SELEC carrier FROM chunk` stops at FROM)."""
+    if tokens and tokens[0].token_type == TokenType.VAR:
+        return f"{_unexpected(tokens[0], sql)} (a query starts with SELECT or WITH)"
+    error = exc.errors[0] if exc.errors else {}
+    # sqlglot places an error at the end of the token it stopped at (its line and column)
+    at = (error.get("line"), error.get("col"))
+    token = next((t for t in tokens if (t.line, t.col) == at), None)
+    if token is None:
+        return _first_line(exc)
+    description = str(error.get("description") or "")
+    if description.startswith("Required keyword"):
+        return f"{_shown(token)} at {_where(sql, token.start)} lacks what should follow it"
+    expecting = re.fullmatch(r"Expecting (\S+)", description)
+    if expecting is None:
+        return _unexpected(token, sql)
+    wanted = repr(expecting.group(1))
+    if token is tokens[-1]:
+        return (f"expecting {wanted} after {_shown(token)} at {_where(sql, token.start)}, "
+                "where the query ends")
+    return f"{_unexpected(token, sql)} (expecting {wanted})"
+
+
+def _no_dangling_comma(tokens: list[Token], sql: str, option: str) -> None:
+    """Refuse a comma with no item after it in its list (`SELECT carrier, FROM chunk`) or
+    none before it (`SELECT , carrier`): Spark refuses both, but sqlglot reads past them, and
+    the regenerated text would run as if the comma were not there (or worse: `SELECT a, union
+    FROM chunk` reads as a UNION)."""
+    for i, token in enumerate(tokens):
+        if token.token_type != TokenType.COMMA:
+            continue
+        following = tokens[i + 1] if i + 1 < len(tokens) else None
+        if following is None or following.token_type in _AFTER_NO_COMMA:
+            before = f"before {_shown(following)}" if following is not None else "at the end"
+            raise SQLRefused(f"{option} does not parse: a trailing comma at "
+                             f"{_where(sql, token.start)} ({before}): remove it, or add the "
+                             "item it stands before")
+        if i == 0 or tokens[i - 1].token_type in _BEFORE_NO_COMMA:
+            raise SQLRefused(f"{option} does not parse: a comma at {_where(sql, token.start)} "
+                             f"with no item before it (after {_shown(tokens[i - 1])})"
+                             if i else f"{option} does not parse: it starts with a comma")
 
 
 def _first_line(exc: Exception) -> str:

@@ -7,6 +7,7 @@ Imports nothing from Django, so producers in other services can use it as it is.
 from . import handlers
 from .client import Queue
 from .errors import (
+    HandlerNotRun,
     InvalidInput,
     InvalidPayload,
     InvalidResult,
@@ -27,13 +28,14 @@ from .errors import (
     UnknownWorker,
 )
 from .models import Flow, Lease, RequestInfo, Submitted
-from .produce import FollowUp
+from .options import FollowUp
 from .results import Completion
 
 __all__ = [
     "Completion",
     "Flow",
     "FollowUp",
+    "HandlerNotRun",
     "InvalidInput",
     "InvalidPayload",
     "InvalidResult",

@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 import redis
 
-from .connect import Client, connect, seeds
+from .connect import Client, client_spec, connect, seeds
 from .errors import InvalidInput, RedisReplyError, RedisUnavailable
 from .keys import QueueKeys
 from .models import Lease
@@ -85,6 +85,11 @@ class QueueBase:
     def __repr__(self) -> str:
         return f"<Queue {self.keys.base!r}>"
 
+    def client_spec(self) -> tuple[Any, ...]:
+        """What another process needs to connect as this queue's client does (picklable:
+        connect.client_from_spec() makes the client again there)."""
+        return client_spec(self.redis)
+
     # -- helpers ------------------------------------------------------------------------
 
     def _now(self) -> int:
@@ -105,9 +110,11 @@ class QueueBase:
 
     def prepare(self) -> None:
         """Load the engine into Redis now, so that an unreachable Redis or one too old for it
-        (before 7.0) is a clear error at start rather than at the first task."""
+        (before 7.0) is a clear error at start rather than at the first task; and bring the
+        queue's keys to this engine's layout if an older one wrote them (upgrade.lua)."""
         with translated("prepare"):
             load(self.redis, self._library)
+        self._run("upgrade", [self._now()], [self.keys.legacy_handlers])
 
     def _run(self, name: str, args: Sequence[Any], extra_keys: Sequence[str] = ()) -> Any:
         # What translated() does, without a generator context per call: this is every
@@ -120,10 +127,28 @@ class QueueBase:
             raise RedisReplyError(f"{name}: Redis refused the operation ({exc})") from exc
 
 
-def leases_from_reply(flat: list[Any]) -> list[Lease]:
-    """Leases from a script's flat reply: lease, attempt, payload, handler, lease_ms each."""
+def leases_from_reply(flat: list[Any], traces: list[Any] | None = None) -> list[Lease]:
+    """Leases from a script's flat reply: lease, attempt, payload, handler, lease_ms each;
+    with `traces` (lease, traceparent, wait ms each: dequeue.lua), their trace contexts."""
     loads = orjson.loads
+    if not traces:
+        return [
+            Lease(flat[i], int(flat[i + 1]), loads(flat[i + 2]), flat[i + 3], int(flat[i + 4]))
+            for i in range(0, len(flat), 5)
+        ]
+    by_lease = {traces[i]: (traces[i + 1], int(traces[i + 2]))
+                for i in range(0, len(traces), 3)}
+    none = ("", -1)
     return [
-        Lease(flat[i], int(flat[i + 1]), loads(flat[i + 2]), flat[i + 3], int(flat[i + 4]))
+        Lease(flat[i], int(flat[i + 1]), loads(flat[i + 2]), flat[i + 3], int(flat[i + 4]),
+              *by_lease.get(flat[i], none))
         for i in range(0, len(flat), 5)
     ]
+
+
+def leases_from_handoff(item: str | bytes) -> list[Lease]:
+    """Leases from an item of a handoff list: a flat reply as JSON, or [flat, traces]."""
+    value = orjson.loads(item)
+    if value and isinstance(value[0], list):
+        return leases_from_reply(value[0], value[1])
+    return leases_from_reply(value)

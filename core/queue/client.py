@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from .base import translated
 from .consume import Consumer, wait_for_any
+from .limits import Limits
 from .operate import Operator
 from .produce import Producer
 from .records import Records
@@ -17,7 +18,7 @@ from .records import Records
 __all__ = ["Queue", "translated", "wait_for_any"]
 
 
-class Queue(Producer, Consumer, Operator):
+class Queue(Producer, Consumer, Operator, Limits):
     """One named queue on one Redis (or Redis Cluster: all its keys share one hash tag)."""
 
     def records(self, kind: str) -> Records:

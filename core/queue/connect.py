@@ -8,6 +8,7 @@ at most `socket_connect_timeout` per seed, never a hang.
 
 from __future__ import annotations
 
+import pickle
 import re
 from collections.abc import Callable
 from typing import Any, TypeAlias
@@ -163,3 +164,36 @@ def _cluster(url: str, node: str, kwargs: dict[str, Any]) -> RedisCluster:
         raise RedisUnavailable(
             f"the Redis Cluster at {redacted(url)} is not ready ({exc})"
         ) from exc
+
+
+def client_spec(client: Any) -> tuple[Any, ...]:
+    """What a child process needs to connect as `client` does (picklable settings only)."""
+    if hasattr(client, "nodes_manager"):
+        # A cluster has no databases: a copied db=0 would make RedisCluster refuse to start.
+        kwargs = _picklable(client.nodes_manager.connection_kwargs)
+        kwargs.pop("db", None)
+        nodes = [(n.host, n.port) for n in client.get_nodes()]
+        return ("cluster", nodes, kwargs)
+    pool = client.connection_pool
+    return ("single", pool.connection_class, _picklable(pool.connection_kwargs))
+
+
+def _picklable(kwargs: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for k, v in kwargs.items():
+        try:
+            pickle.dumps(v)
+        except Exception:  # e.g. a Retry or a credential provider: the defaults do
+            continue
+        out[k] = v
+    return out
+
+
+def client_from_spec(spec: tuple[Any, ...]) -> Any:
+    """The client that client_spec() describes, made again (in another process)."""
+    if spec[0] == "cluster":
+        from redis.cluster import ClusterNode, RedisCluster
+
+        nodes = [ClusterNode(h, p) for h, p in spec[1]]  # type: ignore[no-untyped-call]
+        return RedisCluster(startup_nodes=nodes, **spec[2])
+    return redis.Redis(connection_pool=redis.ConnectionPool(connection_class=spec[1], **spec[2]))

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 import orjson
 
-from .base import int_in, leases_from_reply, translated
+from .base import int_in, leases_from_handoff, leases_from_reply, translated
 from .errors import InvalidInput, LeaseLost
 from .keys import validate_id
 from .metrics import Tally
@@ -24,9 +24,10 @@ MAX_LEASE_MS = 86_400_000  # a day: a worker that needs longer renews
 MAX_MESSAGE_CHARS = 200
 MAX_LINE_CHARS = 300
 LOG_LINES = 20
-# How long a worker stopped by an operator stays marked so once it has exited (its supervisor
-# reads it when the process exits: seconds later at most).
-STOPPED_KEPT_MS = 3_600_000
+# How long a worker stopped by an operator stays marked so once it has exited: its supervisor
+# reads it when the process exits (seconds later at most), and the console lists it as
+# stopped until its stack restarts (prune.forget_stopped), a week at most.
+STOPPED_KEPT_MS = 7 * 86_400_000
 
 
 def check_lease_ms(lease_ms: object) -> int:
@@ -50,8 +51,12 @@ class Consumer(Results):
         durations: Sequence[float | None] | None = None,
         tally: Tally | None = None,
         handlers: Sequence[str] = (),
+        runs: str = "",
     ) -> tuple[list[bool], list[Lease], int]:
         """Acknowledge `acks`, then lease up to `count` tasks: one round trip.
+
+        `runs`: the handlers this consumer runs, separated by spaces ("" = any): only their
+        tasks are leased to it (also by handoff while it is idle); see runs_text().
 
         `durations`: how long each acked task ran (seconds, in the order of `acks`; None for
         one not timed), for its handler's metrics; an accepted ack counts as done there.
@@ -71,14 +76,15 @@ class Consumer(Results):
         int_in(count, "count", 0, 1000)
         check_lease_ms(lease_ms)
         if tally is None or not self.metrics:
-            return self._dequeue_call(consumer, count, acks, lease_ms, idle_handoff, durations)
+            return self._dequeue_call(consumer, count, acks, lease_ms, idle_handoff, durations,
+                                      runs=runs)
         if len(handlers) != len(acks) or durations is None or len(durations) != len(acks):
             raise InvalidInput(f"{len(acks)} acks need as many handlers and durations, got "
                                f"{len(handlers)} and {len(durations or ())}")
         counts = tally.take_due()
         try:
             reply = self._dequeue_call(consumer, count, acks, lease_ms, idle_handoff,
-                                       tallied=counts)
+                                       tallied=counts, runs=runs)
         except BaseException:
             # The call may not have run: counted with the next one (if it ran and only its
             # reply was lost, they count twice: a second of a handler's counts, never a task).
@@ -101,6 +107,7 @@ class Consumer(Results):
     def _dequeue_call(
         self, consumer: str, count: int, acks: Sequence[str], lease_ms: int, idle: bool,
         durations: Sequence[float | None] | None = None, *, tallied: str | None = None,
+        runs: str = "",
     ) -> tuple[list[bool], list[Lease], int]:
         if tallied is not None:  # the acks' times go to the tally, not as tokens
             timings = ""
@@ -108,13 +115,17 @@ class Consumer(Results):
             tallied = ""
             timings = timing_tokens(len(acks), durations) if self.metrics and acks else ""
         reply = self._run("dequeue", [self._now(), consumer, count, lease_ms, 1 if idle else 0,
-                                      timings, tallied, *acks])
-        return [r == 1 for r in reply[0]], leases_from_reply(reply[2]), int(reply[1])
+                                      timings, tallied, runs, *acks])
+        traces = reply[3] if len(reply) > 3 else None  # issue 38: only with trace contexts
+        return [r == 1 for r in reply[0]], leases_from_reply(reply[2], traces), int(reply[1])
 
-    def dequeue(self, consumer: str, count: int = 1) -> list[Lease]:
-        """Lease up to `count` tasks to `consumer` (highest priority first, fair within)."""
+    def dequeue(self, consumer: str, count: int = 1, *,
+                handlers: Sequence[str] | None = None) -> list[Lease]:
+        """Lease up to `count` tasks to `consumer` (highest priority first, fair within); with
+        `handlers`, only tasks of those handlers (the ones this consumer runs)."""
         validate_id(consumer, "consumer name")
-        return self.ack_and_dequeue(consumer, int_in(count, "count", 1, 1000))[1]
+        runs = "" if handlers is None else runs_text(handlers)
+        return self.ack_and_dequeue(consumer, int_in(count, "count", 1, 1000), runs=runs)[1]
 
     def ack(self, lease: Lease | str, result: Any = None, *,
             duration: float | None = None) -> None:
@@ -253,11 +264,12 @@ class Consumer(Results):
         with translated("reaper lock"):
             return bool(self.redis.set(self.keys.reaper_lock, worker, nx=True, px=ttl_ms))
 
-    def leave_idle(self, consumer: str, lease_ms: int = 0) -> list[Lease]:
+    def leave_idle(self, consumer: str, lease_ms: int = 0, runs: str = "") -> list[Lease]:
         """Stop being offered handoffs; returns tasks already handed over and not taken, which
-        the caller must run or release."""
+        the caller must run or release. `lease_ms` and `runs` as its dequeues passed them."""
         with translated("leave_idle"):
-            self.redis.zrem(self.keys.idle, f"{consumer}|{lease_ms}")
+            self.redis.zrem(self.keys.idle,
+                            f"{consumer}|{lease_ms}" + (f"|{runs}" if runs else ""))
             # After the ZREM no dispatch pushes here any more (only an operator's claim for
             # this consumer could), so this drains it.
             # No call chaining: a cluster pipeline's delete() returns None (redis-py 8).
@@ -265,28 +277,39 @@ class Consumer(Results):
             pipe.lrange(self.keys.handoff(consumer), 0, -1)
             pipe.delete(self.keys.handoff(consumer))
             items, _ = pipe.execute()
-        return [lease for item in items for lease in leases_from_reply(orjson.loads(item))]
+        return [lease for item in items for lease in leases_from_handoff(item)]
 
     def unregister(self, worker: str, *, stopped: bool = False) -> None:
         """Remove a worker from the registry (on clean exit). stopped=True: it exits because
-        an operator stopped it (control_worker): its entry is left, out of the registry, as
-        {control: stop} for STOPPED_KEPT_MS, so that its supervisor does not start it again
-        (worker_control() says "stop")."""
+        an operator stopped it (control_worker): its entry is left, out of the registry, with
+        its last info, {control: stop}, who asked and when, and when it exited (stopped_ms),
+        for STOPPED_KEPT_MS, so that its supervisor does not start it again (worker_control()
+        says "stop") and the console lists it as stopped (keys.stopped_workers)."""
+        now = self.now_ms() if stopped else 0
         with translated("unregister"):
             key = self.keys.worker(worker)
+            runs = str(self.redis.hget(key, "handlers") or "").split()
             pipe = self.redis.pipeline(transaction=stopped)
+            if runs:  # its announcement ends with it (handlers.py)
+                pipe.zrem(self.keys.handlers, *(f"{n}|{worker}" for n in runs))
             pipe.zrem(self.keys.workers, worker)
-            pipe.delete(key)
             if stopped:
-                pipe.hset(key, "control", "stop")
+                pipe.hset(key, mapping={"control": "stop", "stopped_ms": now})
                 pipe.pexpire(key, STOPPED_KEPT_MS)
+                pipe.zadd(self.keys.stopped_workers, {worker: now})
+            else:
+                pipe.delete(key)
             pipe.execute()
 
     def forget_control(self, worker: str) -> None:
         """Drop what an operator asked of an earlier process of this name (a quiet it did not
         live to see resumed, a stop it obeyed): a worker calls it as it starts."""
         with translated("forget control"):
-            self.redis.hdel(self.keys.worker(worker), "control", "control_by", "control_ms")
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.hdel(self.keys.worker(worker), "control", "control_by", "control_ms",
+                      "stopped_ms")
+            pipe.zrem(self.keys.stopped_workers, worker)
+            pipe.execute()
 
     def worker_control(self, worker: str) -> str:
         """What an operator asked of `worker` (Operator.control_worker): "quiet", "stop" or
@@ -294,6 +317,13 @@ class Consumer(Results):
         deciding whether to start an exited worker again."""
         with translated("worker control"):
             return str(self.redis.hget(self.keys.worker(worker), "control") or "")
+
+
+def runs_text(names: Sequence[str] | set[str]) -> str:
+    """The `runs` of ack_and_dequeue() for a consumer that runs the handlers `names`. A
+    consumer with none is given nothing (a name no handler can have), not everything."""
+    valid = sorted({validate_id(n, "handler name") for n in names})
+    return " ".join(valid) if valid else "~none"
 
 
 def progress_number(value: object, name: str) -> str:
@@ -343,4 +373,4 @@ def wait_for_any(
     if reply is None:
         return None
     q, handed = lists[reply[0]]
-    return q, leases_from_reply(orjson.loads(reply[1])) if handed else []
+    return q, leases_from_handoff(reply[1]) if handed else []

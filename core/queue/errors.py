@@ -81,6 +81,11 @@ class UnknownWorker(QueueError, LookupError):
     """No worker of this name is in the queue's registry."""
 
 
+class HandlerNotRun(QueueError):
+    """A task was to be given to a worker that does not run its handler (an operator's claim
+    for it): refused, since that worker could only give it back."""
+
+
 class RequestIdTaken(QueueError):
     """A request id asked for a new request (a flow's follow-up) is an existing request's."""
 
@@ -109,6 +114,7 @@ CODES: dict[int, type[QueueError]] = {
     -7: StateChanged,
     -8: UnknownWorker,
     -10: RequestIdTaken,  # -9 is progress.lua's invalid input (Consumer.progress)
+    -11: HandlerNotRun,
 }
 
 

@@ -6,11 +6,18 @@ keys stay in the engine.
 No Django here. A batch is read, applied to the database by the caller, then acknowledged:
 what was read but not acknowledged (a crash, a database error) is read again from the group's
 pending entries, so nothing is applied without being read twice or more, never less.
+
+Several followers may share a group, each its own consumer: a read hands each the next entries
+nobody has had (`>`), so the group's batches are consecutive runs of the stream. The caller
+applies them in that order (blocking(): an earlier run is still pending elsewhere), and takes
+over a dead consumer's entries once they have been pending for a while (claim()). lag() says
+how far behind the stream's newest entry a group is.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import redis
@@ -38,6 +45,19 @@ def _fields(f: Any) -> dict[str, str]:
     return dict(zip(f[::2], f[1::2], strict=True)) if f else {}
 
 
+def _delivered(groups: list[dict[str, Any]], group: str) -> str:
+    """The group's last delivered id, from XINFO GROUPS (ZERO if it has none yet)."""
+    mine = [g for g in groups if g["name"] == group]
+    return str(mine[0]["last-delivered-id"]) if mine else ZERO
+
+
+def _next(entry_id: str) -> str:
+    """The smallest stream id after `entry_id`."""
+    ms, seq = sid(entry_id)
+    return f"{ms}-{seq + 1}"
+
+
+@lru_cache(maxsize=65536)  # the mirror compares each id several times
 def sid(entry_id: str) -> tuple[int, int]:
     """A stream id as a pair that compares in stream order ("" and "0" are the start)."""
     ms, _, seq = (entry_id or "0").partition("-")
@@ -59,19 +79,24 @@ class Batch:
     dead_gone: list[str] = field(default_factory=list)
     last_id: str = ZERO  # the events stream's last id when read
     before: str = ZERO  # the group's position before this read
+    # Read as new entries (`>`): a run of the stream that follows everything delivered
+    # before it. Pending entries read again, or claimed from another consumer, are not.
+    fresh: bool = True
 
     def __len__(self) -> int:
         return len(self.events) + len(self.dead)
 
 
 class Streams:
-    """One queue's streams as one consumer group sees them. Run one mirror per group: its
-    single consumer re-reads its own pending entries after a restart."""
+    """One queue's streams as one consumer of a group sees them: a consumer re-reads its own
+    pending entries after a restart; several consumers of one group share the entries."""
 
-    def __init__(self, queue: QueueBase, *, group: str, count: int = 1000) -> None:
+    def __init__(
+        self, queue: QueueBase, *, group: str, count: int = 1000, consumer: str = ""
+    ) -> None:
         self.queue = queue
         self.group = group
-        self.consumer = group
+        self.consumer = consumer or group
         self.count = count
         self.events_key = queue.keys.events
         self.dead_key = queue.keys.dead
@@ -99,8 +124,7 @@ class Streams:
                     if "BUSYGROUP" not in str(exc):
                         raise
             groups = self.r.xinfo_groups(self.events_key)
-        mine = [g for g in groups if g["name"] == self.group]
-        self.position = mine[0]["last-delivered-id"] if mine else ZERO
+        self.position = _delivered(groups, self.group)
         self._from = {self.events_key: "0", self.dead_key: "0"}
         return created
 
@@ -116,9 +140,13 @@ class Streams:
         with translated("mirror read"):
             pipe = self.r.pipeline(transaction=True)
             pipe.xinfo_stream(self.events_key)
+            pipe.xinfo_groups(self.events_key)
             pipe.xreadgroup(self.group, self.consumer, dict(self._from), count=self.count)
-            info, reply = pipe.execute()
-        batch = Batch(last_id=info.get("last-generated-id") or ZERO, before=self.position)
+            info, groups, reply = pipe.execute()
+        # Where the group was before this read: other consumers of it move it too.
+        self.position = _delivered(groups, self.group)
+        batch = Batch(last_id=info.get("last-generated-id") or ZERO, before=self.position,
+                      fresh=self._from[self.events_key] == ">")
         got = _by_stream(reply)
         for key in (self.events_key, self.dead_key):
             entries = got.get(key, [])
@@ -182,6 +210,50 @@ class Streams:
         self.position = position
         self._from[self.events_key] = ">"
 
+    def blocking(self, applied: str, first: str) -> bool:
+        """True if an entry of `events` after `applied` and before `first` is still pending in
+        the group (delivered to a consumer, its batch not committed or not yet acknowledged):
+        a batch that starts at `first` must then wait for it, so that batches are applied in
+        the stream's order."""
+        if sid(first) <= sid(_next(applied)):
+            return False
+        with translated("mirror pending"):
+            rows = self.r.xpending_range(self.events_key, self.group, min=f"({applied}"
+                                         if sid(applied) > (0, 0) else "-",
+                                         max=f"({first}", count=1)
+        return bool(rows)
+
+    def others_pending(self, applied: str, batch: Batch) -> bool:
+        """True if an entry of `events` after `applied` and up to the batch's last one is
+        pending in the group and not in the batch: a batch that is not one fresh run of the
+        stream (pending entries read again, or claimed) may hold several runs, and must wait
+        for what another consumer holds between them. One XPENDING of at most the batch's
+        size plus one: every entry of the batch is pending, so one more is another's."""
+        ids = {eid for eid, _ in batch.events}
+        start = f"({applied}" if sid(applied) > (0, 0) else "-"
+        with translated("mirror pending"):
+            rows = self.r.xpending_range(self.events_key, self.group, min=start,
+                                         max=batch.events[-1][0], count=len(ids) + 1)
+        return any(str(row["message_id"]) not in ids for row in rows)
+
+    def claim(self, min_idle_ms: int, *, after: str = ZERO) -> Batch:
+        """Take over the group's entries pending for at least `min_idle_ms` with another
+        consumer (one that died, or stalls), `events` from after `after` (what the database
+        already has), and the dead letters: a batch of pending entries (not `fresh`)."""
+        batch = Batch(fresh=False, before=self.position)
+        with translated("mirror claim"):
+            for key, start in ((self.events_key, _next(after)), (self.dead_key, "0-0")):
+                reply = self.r.xautoclaim(key, self.group, self.consumer, min_idle_ms,
+                                          start_id=start, count=self.count)
+                entries = [(eid, _fields(f)) for eid, f in reply[1] if eid]
+                deleted = [str(x) for x in (reply[2] if len(reply) > 2 else [])]
+                kept = [(eid, f) for eid, f in entries if f]
+                if key == self.events_key:
+                    batch.events, batch.lost = kept, deleted
+                else:
+                    batch.dead, batch.dead_gone = kept, deleted
+        return batch
+
     def recover(self) -> None:
         """After an error: read pending entries again, and ask Redis where the group is."""
         self.setup()
@@ -210,3 +282,49 @@ class Streams:
                 if not self.r.xtrim(self.events_key, minid=keep, approximate=True):
                     break
         return str(keep)
+
+
+def lag(queue: QueueBase, group: str, *, now_ms: int) -> float | None:
+    """How far behind the queue's `events` and `dead` streams the group is, in seconds: the
+    age (at `now_ms`, the Redis server's clock) of the oldest entry it has not acknowledged,
+    0.0 when it has them all; None when the group does not exist (no follower ever ran).
+    Four reads in one round trip per stream, whatever the backlog."""
+    worst: float | None = None
+    r: Any = queue.redis
+    for key in (queue.keys.events, queue.keys.dead):
+        with translated("mirror lag"):
+            pipe = r.pipeline(transaction=False)
+            pipe.exists(key)
+            pipe.xinfo_groups(key)
+            pipe.xpending(key, group)
+            exists, groups, pending = pipe.execute(raise_on_error=False)
+            if not exists or isinstance(groups, Exception) or not any(
+                    g["name"] == group for g in groups):
+                continue
+            if isinstance(pending, Exception):
+                raise pending
+            oldest = [pending["min"]] if pending and pending.get("pending") else []
+            following = r.xrange(key, min=f"({_delivered(groups, group)}", count=1)
+            oldest += [eid for eid, _ in following]
+        age = max(0.0, (now_ms - min(sid(x)[0] for x in oldest)) / 1000) if oldest else 0.0
+        worst = age if worst is None else max(worst, age)
+    return worst
+
+
+def gone(queue: QueueBase, request_ids: list[str], *, chunk: int = 1000) -> set[str]:
+    """Which of these requests' hashes Redis no longer has (their retention is over). One
+    EXISTS over a chunk's keys says whether all are there (the usual case: one command for
+    a thousand requests); only a chunk with some missing is looked at key by key."""
+    out: set[str] = set()
+    r: Any = queue.redis
+    for i in range(0, len(request_ids), chunk):
+        part = request_ids[i : i + chunk]
+        keys = [queue.keys.request(rid) for rid in part]
+        with translated("mirror exists"):
+            if r.exists(*keys) == len(set(keys)):
+                continue
+            pipe = r.pipeline(transaction=False)
+            for key in keys:
+                pipe.exists(key)
+            out |= {rid for rid, n in zip(part, pipe.execute(), strict=True) if not n}
+    return out

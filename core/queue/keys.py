@@ -46,6 +46,12 @@ def registry_key(prefix: str) -> str:
     return f"{validate_id(prefix, 'key prefix')}:queues"
 
 
+def spark_warming_key(prefix: str) -> str:
+    """Hash: the Spark warm-up under way for the workers of `prefix` (spark_warming.py), while
+    there is one. Outside every queue's hash tag, as the registry."""
+    return f"{validate_id(prefix, 'key prefix')}:spark:warming"
+
+
 @dataclass(frozen=True)
 class QueueKeys:
     """All key names of one queue; they share the hash tag {queue} so one shard holds them."""
@@ -111,8 +117,22 @@ class QueueKeys:
         return self.base + "workers"
 
     @property
+    def stopped_workers(self) -> str:
+        """Zset: workers an operator stopped that have since exited -> when (ms). Each keeps
+        its entry (worker:<name>: its last info, control "stop", who asked and when) until a
+        worker of that name starts again, its stack restarts or STOPPED_KEPT_MS has passed
+        (Consumer.unregister, prune.py)."""
+        return self.base + "workers:stopped"
+
+    @property
     def handlers(self) -> str:
-        """Hash: handler name -> "<ms>/<worker>", the last worker that announced it."""
+        """Zset: "<handler>|<worker>" -> until when that worker is presumed alive (ms): the
+        handlers that live workers run, renewed by their heartbeats (see lua/_base.lua)."""
+        return self.base + "hw"
+
+    @property
+    def legacy_handlers(self) -> str:
+        """Hash of engines before issue 33 (handler -> "<ms>/<worker>"); upgrade.lua drops it."""
         return self.base + "handlers"
 
     @property
@@ -128,6 +148,23 @@ class QueueKeys:
     @property
     def idle(self) -> str:
         return self.base + "idle"
+
+    @property
+    def limits(self) -> str:
+        """Hash: limit name -> "<on>|<value>|<rate>|<per_ms>|<concurrency>" (limits.py)."""
+        return self.base + "limits"
+
+    def unique(self, key: str) -> str:
+        """String: the id of the request holding the unique key `key` (unique.py)."""
+        return f"{self.base}uniq:{key}"
+
+    def limit_held(self, name: str) -> str:
+        """Zset: the leases counted against a limit's concurrency -> when leased."""
+        return f"{self.base}lim:{name}:held"
+
+    def limit_starts(self, name: str) -> str:
+        """Zset: the leases started within a limit's rate window -> when."""
+        return f"{self.base}lim:{name}:starts"
 
     @property
     def revoked(self) -> str:
@@ -185,8 +222,9 @@ class QueueKeys:
     def state_index(self, state: str) -> str:
         return f"{self.base}state:{state}"
 
-    def tenant_ready(self, priority: int, tenant: str) -> str:
-        return f"{self.base}tr:{priority}:{tenant}"
+    def tenant_ready(self, priority: int, handler: str, tenant: str) -> str:
+        """Zset: the eligible requests of one tenant and handler at one priority."""
+        return f"{self.base}tr:{priority}:{handler}:{tenant}"
 
     def done_channel(self, rid: str) -> str:
         return f"{self.base}done:{rid}"

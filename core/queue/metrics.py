@@ -90,6 +90,7 @@ class Tally:
         self._lock = threading.Lock()
         self._counts: dict[str, int] = {}
         self._since: float | None = None  # when the oldest count not sent was added
+        self._fields: dict[str, list[str]] = {}  # handler -> its field names (add())
         self.flush_s = flush_s
 
     def add(self, handlers: Sequence[str], durations: Sequence[float | None],
@@ -97,17 +98,23 @@ class Tally:
         """Count the accepted ones of a call's acks (their handlers and run times)."""
         with self._lock:
             counts = self._counts
+            fields = self._fields
             for handler, seconds, ok in zip(handlers, durations, accepted, strict=True):
                 if not ok:
                     continue
+                names = fields.get(handler)
+                if names is None:  # its buckets' fields, then "|us" and "|d": made once
+                    names = fields[handler] = [f"{handler}|{i}" for i in range(
+                        len(BUCKETS_MS) + 1)] + [handler + "|us", handler + "|d"]
                 if seconds is None:
-                    f = handler + "|d"
+                    f = names[-1]
                     counts[f] = counts.get(f, 0) + 1
                     continue
-                seconds = max(seconds, 0.0)
-                f = f"{handler}|{bisect.bisect_left(BUCKETS_MS, seconds * 1000)}"
+                if seconds < 0.0:
+                    seconds = 0.0
+                f = names[bisect.bisect_left(BUCKETS_MS, seconds * 1000)]
                 counts[f] = counts.get(f, 0) + 1
-                f = handler + "|us"
+                f = names[-2]
                 counts[f] = counts.get(f, 0) + int(seconds * 1_000_000)
             if counts and self._since is None:
                 self._since = time.monotonic()

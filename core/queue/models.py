@@ -7,6 +7,7 @@ from typing import Any, Generic, NamedTuple, TypeVar
 
 from .errors import InvalidInput
 from .keys import validate_id
+from .unique import scope_text
 
 TERMINAL_STATES = frozenset({"done", "failed", "cancelled"})
 # "held": a follow-up (Producer.submit_after) waiting for its parent request to complete.
@@ -23,6 +24,16 @@ class Lease:
     payload: Any
     handler: str
     lease_ms: int
+    # The producer's trace context (a W3C traceparent) when its request was submitted with
+    # one, else ""; and how long the task waited to be leased (ms, -1 unknown), given only
+    # with a trace context (issue 38: the worker's span of the run).
+    trace: str = ""
+    wait_ms: int = -1
+
+    @property
+    def delivery(self) -> int:
+        """How many times the task was handed out, this one included (1: its first run)."""
+        return int(self.lease.rsplit("/", 1)[1])
 
     @property
     def request_id(self) -> str:
@@ -104,6 +115,13 @@ class RequestInfo:
     after: str | None = None  # a follow-up's parent request (Producer.submit_after)
     then: tuple[str, ...] = ()  # the follow-ups held behind this request
     due_ms: int | None = None  # a delayed request's due time (kept once it is due)
+    # Its unique key while it holds it or after ("" without one), and the key's scope as
+    # Queue.submit takes it ("active", "done+3600s"; core.queue.unique); its resources.
+    unique_key: str = ""
+    unique_scope: str = ""
+    resources: tuple[str, ...] = ()
+    # The producer's W3C trace context kept by its submit ("" without one; issue 38).
+    traceparent: str = ""
 
     @classmethod
     def from_hash(cls, rid: str, h: dict[str, str]) -> RequestInfo:
@@ -133,11 +151,25 @@ class RequestInfo:
             after=h.get("after") or None,
             then=tuple(h.get("then", "").split()),
             due_ms=int(h["due_ms"]) if h.get("due_ms") else None,
+            **_unique_of(h.get("uk", "")),
+            resources=tuple(h.get("rs", "").split()),
+            traceparent=h.get("tp", "")[:55],  # then " <due ms>" if delayed (submit.lua)
         )
 
     @property
     def finished(self) -> bool:
         return self.state in TERMINAL_STATES
+
+
+def _unique_of(uk: str) -> dict[str, str]:
+    """RequestInfo's unique_key and unique_scope from a request's hash field `uk`
+    ("<scope>|<keep ms>|<key>"; the key may hold no "|", unique.py's pattern): none if empty
+    or not of that shape."""
+    kind, _, rest = uk.partition("|")
+    keep, _, key = rest.partition("|")
+    if not key or not keep.isdigit():
+        return {}
+    return {"unique_key": key, "unique_scope": scope_text(kind, int(keep))}
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,7 +203,7 @@ class TaskProgress:
     worker: str
     updated_ms: int  # the last write (progress or log)
     log: tuple[LogLine, ...] = ()
-    running: bool = False  # leased to a worker right now (introspect.progress says)
+    running: bool = False  # leased to a worker right now (read.progress says)
 
     @property
     def percent(self) -> float | None:
@@ -223,10 +255,11 @@ class WorkerInfo:
 
 @dataclass(frozen=True, slots=True)
 class HandlerOffer:
-    """A handler name some worker of the queue announced: who did it last, and when."""
+    """A handler a live worker of the queue runs: the worker whose announcement lasts
+    longest, and until when (ms) unless its heartbeat renews it."""
 
     name: str
-    announced_ms: int
+    live_until_ms: int
     worker: str
 
 
@@ -258,3 +291,26 @@ class Page(NamedTuple, Generic[T]):
 
     items: list[T]
     cursor: PageCursor | None
+
+
+@dataclass(frozen=True, slots=True)
+class Limit:
+    """A limit on a key (core.queue.limits): on the queue, a handler, a tenant or a resource
+    (`value`), at most `rate` starts per `per_ms` and/or `concurrency` leased at once."""
+
+    name: str
+    on: str
+    value: str = ""
+    rate: int | None = None
+    per_ms: int = 1000
+    concurrency: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LimitUse:
+    """A limit and its use now: tasks leased under it (`held`, against its concurrency) and
+    started within its window (`started`, against its rate)."""
+
+    limit: Limit
+    held: int
+    started: int

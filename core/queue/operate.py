@@ -4,8 +4,9 @@ wait for its completion."""
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Literal, overload
 
 from .base import int_in, translated
@@ -82,7 +83,7 @@ class Operator(Results):
         of that name takes it at its next dequeue or idle wait; leave_idle() returns it) once
         the old run is over: when the holder says it stopped, or its lease runs out (at once
         if it has); until then it counts against the request's concurrency, so it never runs
-        twice at once (introspect.pending() shows until when at the latest: `moves_by_ms`).
+        twice at once (read.pending() shows until when at the latest: `moves_by_ms`).
 
         With `expect_consumer` and `min_idle_ms` (what an operator's page showed), the claim
         is refused with StateChanged if the task has another holder or was delivered again
@@ -223,3 +224,29 @@ class Operator(Results):
                         return str(msg["data"])
             finally:
                 pubsub.close()
+
+    @contextlib.contextmanager
+    def completions(self, request_ids: Sequence[str]) -> Iterator[Callable[[float], bool]]:
+        """Listen for the completion announcements of these requests while the block runs:
+        it gets a function that waits up to `timeout` s for one and says whether one came
+        (any that came before are taken at once). Subscribed before the block starts, so a
+        caller that reads the requests' state first misses none in between: a waiter that
+        also reads other things (a data job's progress) wakes the moment a request ends
+        instead of at its next poll."""
+        channels = [self.keys.done_channel(validate_id(r, "request id")) for r in request_ids]
+        with translated("completions"):
+            pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+            try:
+                pubsub.subscribe(*channels)
+
+                def wait(timeout: float) -> bool:
+                    with translated("completions"):
+                        came = pubsub.get_message(timeout=max(0.0, timeout)) is not None
+                        while came and pubsub.get_message(timeout=0.0) is not None:
+                            pass  # several at once: one wake-up
+                    return came
+
+                yield wait
+            finally:
+                pubsub.close()
+

@@ -5,20 +5,19 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import sys
 import threading
 import time
 import warnings
 import weakref
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import Any, TypedDict, Unpack
+from typing import Any, Unpack
 
 import orjson
 
-from . import handlers, registry
-from .base import QueueBase, int_in, translated
+from . import handlers, registry, tracehook
+from .base import QueueBase, translated
 from .due import due_spec
 from .errors import (
     InvalidInput,
@@ -32,132 +31,21 @@ from .errors import (
 )
 from .keys import validate_id
 from .models import Flow, Submitted
+from .options import (
+    SUBMIT_BATCH,
+    FollowUp,
+    RequestOptions,
+    _options,
+    dumps,
+    new_request_id,
+    non_finite,
+    task_list,
+)
 from .records import NewRecord
+from .tracehook import check_traceparent
+from .unique import unique_spec
 
-DEFAULT_CONCURRENCY = 1_000_000  # no practical limit unless the request sets one
-DEFAULT_PRIORITY = 50
-SUBMIT_BATCH = 10_000  # tasks per script call: bounds how long one call holds Redis
-DAY_MS = 86_400_000
-# Upper bounds keep every time a script computes (now + option) an integer that Lua writes
-# as digits: 1e16 and up would be written "1e+16", which Redis refuses halfway through.
-MAX_LEASE_MS = DAY_MS  # a worker that needs longer renews its lease
-MAX_RETENTION_MS = 365 * DAY_MS
-MAX_BACKOFF_MS = DAY_MS
-MAX_ATTEMPTS = 1000
 HANDLER_REFRESH_S = 5.0  # a producer re-reads the announced handlers at most this often
-
-
-def new_request_id() -> str:
-    """A random request id: the hex of a version-4 UUID, as uuid.uuid4().hex writes it, in
-    half the time (os.urandom, with no UUID object built)."""
-    b = bytearray(os.urandom(16))
-    b[6] = (b[6] & 0x0F) | 0x40  # version 4
-    b[8] = (b[8] & 0x3F) | 0x80  # RFC 4122 variant
-    return b.hex()
-
-
-def dumps(payload: Any, index: int = -1) -> bytes:
-    """One task as JSON; InvalidPayload naming the task if orjson cannot encode it."""
-    try:
-        return orjson.dumps(payload)
-    except orjson.JSONEncodeError as exc:
-        raise InvalidPayload(
-            f"task {index} payload is not JSON-serialisable: {exc}", index=index
-        ) from exc
-
-
-def non_finite(value: Any, path: str = "payload") -> str | None:
-    """Where `value` holds a float NaN or Infinity (orjson writes those as null), or None."""
-    if isinstance(value, float):
-        return None if math.isfinite(value) else path
-    if isinstance(value, Mapping):
-        items: Iterable[tuple[Any, Any]] = value.items()
-    elif isinstance(value, list | tuple):
-        items = enumerate(value)
-    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-        items = ((f.name, getattr(value, f.name)) for f in dataclasses.fields(value))
-    else:
-        return None
-    for key, item in items:
-        if (found := non_finite(item, f"{path}[{key!r}]")) is not None:
-            return found
-    return None
-
-
-def task_list(tasks: object) -> list[Any] | tuple[Any, ...]:
-    """`tasks` as a sequence: refused when it is one value that would iterate into several
-    tasks (text into characters, a mapping into its keys) or not iterable at all."""
-    if isinstance(tasks, list | tuple):
-        return tasks
-    if isinstance(tasks, str | bytes | bytearray | memoryview | Mapping):
-        kind = "a mapping" if isinstance(tasks, Mapping) else f"a {type(tasks).__name__}"
-        raise InvalidInput(
-            f"tasks must be a list of task payloads, got {kind}; to send one task, "
-            "wrap it in a list: [payload]"
-        )
-    if not isinstance(tasks, Iterable):
-        raise InvalidInput(
-            f"tasks must be a list of task payloads, got {type(tasks).__name__}"
-        )
-    return list(tasks)
-
-
-class RequestOptions(TypedDict, total=False):
-    """How a request runs: the options submit(), submit_after() and open() share, each
-    optional (DEFAULT_OPTIONS)."""
-
-    priority: int  # 0-99, higher first
-    concurrency: int  # at most this many of its tasks leased or running at once
-    tenant: str  # fair share is between tenants, then between their requests
-    max_attempts: int  # runs of a task before it is a dead letter
-    lease_ms: int  # a worker's lease on a task between heartbeats
-    retention_ms: int  # how long the finished request is kept (with dead letters: a week)
-    backoff_ms: int  # the first retry's delay, doubling (with jitter) ...
-    backoff_max_ms: int  # ... up to this
-
-
-DEFAULT_OPTIONS: RequestOptions = {
-    "priority": DEFAULT_PRIORITY, "concurrency": DEFAULT_CONCURRENCY, "tenant": "default",
-    "max_attempts": 3, "lease_ms": 30_000, "retention_ms": DAY_MS, "backoff_ms": 1_000,
-    "backoff_max_ms": 300_000,
-}
-
-
-def _options(handler: str, options: RequestOptions) -> list[int | str]:
-    """A request's options with the defaults, checked, in the order the scripts take them."""
-    unknown = sorted(set(options) - set(DEFAULT_OPTIONS))
-    if unknown:
-        raise TypeError(f"unknown request option(s) {', '.join(unknown)}: the options are "
-                        f"{', '.join(DEFAULT_OPTIONS)}")
-    o: RequestOptions = {**DEFAULT_OPTIONS, **options}
-    return [
-        int_in(o["priority"], "priority", 0, 99),
-        int_in(o["concurrency"], "concurrency", 1, DEFAULT_CONCURRENCY),
-        validate_id(o["tenant"], "tenant"),
-        validate_id(handler, "handler"),
-        int_in(o["max_attempts"], "max_attempts", 1, MAX_ATTEMPTS),
-        int_in(o["lease_ms"], "lease_ms", 100, MAX_LEASE_MS),
-        int_in(o["retention_ms"], "retention_ms", 1000, MAX_RETENTION_MS),
-        int_in(o["backoff_ms"], "backoff_ms", 0, MAX_BACKOFF_MS),
-        int_in(o["backoff_max_ms"], "backoff_max_ms", 0, MAX_BACKOFF_MS),
-    ]
-
-
-class FollowUp:
-    """A request to hold behind the one Producer.submit_flow() creates ("then"): its tasks,
-    handler, id (None: a new random one) and RequestOptions, as submit_after() takes them."""
-
-    __slots__ = ("handler", "options", "request_id", "tasks")
-
-    def __init__(self, tasks: Iterable[Any], *, handler: str, request_id: str | None = None,
-                 **options: Unpack[RequestOptions]) -> None:
-        self.tasks = tasks
-        self.handler = handler
-        self.request_id = request_id
-        self.options = options
-
-    def __repr__(self) -> str:
-        return f"FollowUp(handler={self.handler!r}, request_id={self.request_id!r})"
 
 
 @dataclasses.dataclass
@@ -215,6 +103,10 @@ class Producer(QueueBase):
         seal: bool = True,
         run_at: datetime | None = None,
         delay: float | timedelta | None = None,
+        unique_key: str | None = None,
+        unique_scope: str = "active",
+        on_duplicate: str = "return",
+        traceparent: str | None = None,
         **options: Unpack[RequestOptions],
     ) -> Submitted:
         """Create a request whose tasks the workers run with the handler named `handler`;
@@ -231,29 +123,62 @@ class Producer(QueueBase):
         Idempotent on `request_id`: submitting an id that exists changes nothing and returns
         the existing request (created=False). Warns (UnknownHandlerWarning) once per queue and
         handler when no worker of the queue has announced `handler`.
+
+        With `unique_key`, while another request holds that key (its `unique_scope`:
+        "waiting", "active" or "done+<duration>") nothing is created and the holder is
+        returned (created=False, its id), after `on_duplicate` ("return", "replace" its tasks
+        while none has started, or "delay" its due time to this one's): core.queue.unique.
+
+        `traceparent`: a W3C trace context kept with the request (issue 38): its tasks' runs
+        are traced as its children. By default, while tracing is on (core.tracing), that of
+        a "send" span of this submit under the caller's current span; "" keeps none.
         """
+        args = (tasks, handler, request_id, seal, run_at, delay, unique_key, unique_scope,
+                on_duplicate, options)
+        if traceparent is None and tracehook.SENDING is not None:
+            with tracehook.SENDING(self.name) as sending:
+                out = self._submit(*args, sending.traceparent)
+                sending.sent(out.request_id, out.total)
+                return out
+        return self._submit(*args, check_traceparent(traceparent or ""))
+
+    def _submit(
+        self, tasks: Iterable[Any], handler: str, request_id: str | None, seal: bool,
+        run_at: datetime | None, delay: float | timedelta | None, unique_key: str | None,
+        unique_scope: str, on_duplicate: str, options: RequestOptions, tp: str,
+    ) -> Submitted:
         rid, meta, due, payloads = self._checked(tasks, handler, request_id, seal, run_at,
                                                  delay, options)
+        unique = unique_spec(unique_key, unique_scope, on_duplicate)
         mode = 1 if seal else 0
         if len(payloads) > SUBMIT_BATCH:
+            if unique:
+                raise InvalidInput(f"a unique submit is one call: at most {SUBMIT_BATCH} tasks")
             mode = 2 if seal else 3  # too large for one call: the rest follows by add
         reply = self._run(
             "submit",
-            [rid, self._now(), *meta, mode, due, *payloads[:SUBMIT_BATCH]],
+            [rid, self._now(), *meta, mode, due, unique, tp, *payloads[:SUBMIT_BATCH]],
             [self.keys.request(rid), self.keys.tasks(rid)],
         )
         created, state, total, resume = bool(reply[0]), str(reply[1]), int(reply[2]), int(reply[3])
         due_ms = int(reply[4])
+        if len(reply) > 5:  # a duplicate of the request holding the unique key
+            return Submitted(str(reply[5]), False, state, total, due_ms)
         if (created and mode >= 2) or resume:
-            # Append the rest, then seal if asked. A retry of a large submit that stopped
-            # part-way resumes from the request's total, so it completes the request instead
-            # of leaving it open with tasks missing; each batch appends only at its offset.
-            total = self._append_from(rid, payloads, total)
-            if (mode if created else resume) == 2:
-                state = self.seal(rid)
+            total, state = self._rest(rid, payloads, total, (mode if created else resume) == 2,
+                                      state)
         self._check_handler(handler)
         registry.seen(self)  # once per process and queue: the console lists every queue
         return Submitted(rid, created, state, total, due_ms)
+
+    def _rest(self, rid: str, payloads: list[Any], total: int, seal: bool,
+              state: str) -> tuple[int, str]:
+        """A large submit's tasks past its first call appended, then sealed if asked: (total,
+        state). A retry of a large submit that stopped part-way resumes from the request's
+        total, so it completes the request instead of leaving it open with tasks missing;
+        each batch appends only at its offset."""
+        total = self._append_from(rid, payloads, total)
+        return total, self.seal(rid) if seal else state
 
     def submit_after(
         self,
@@ -300,44 +225,56 @@ class Producer(QueueBase):
         handler: str,
         then: FollowUp | Sequence[FollowUp] = (),
         record: NewRecord | None = None,
+        unique_key: str | None = None,
+        unique_scope: str = "active",
+        on_duplicate: str = "return",
         request_id: str | None = None,
         seal: bool = True,
         run_at: datetime | None = None,
         delay: float | timedelta | None = None,
+        traceparent: str | None = None,
         **options: Unpack[RequestOptions],
     ) -> Flow:
         """Create, in one atomic call, a request as submit() does (its first tasks, `seal`,
-        `run_at`/`delay`, `options`), the follow-ups `then` held behind it as submit_after()
-        makes them, and the `record` (Records.new()) beside it: a crash leaves all or none.
+        `run_at`/`delay`, `options`, `traceparent`), the follow-ups `then` held behind it as
+        submit_after() makes them (with the same trace context), and the `record`
+        (Records.new()) beside it: a crash leaves all or none.
 
         Idempotent on `request_id`: if the request exists nothing changes, not even its
         follow-ups or record, and the result says what exists (created=False). RequestIdTaken,
         with nothing written, if it does not but a follow-up's id is another request's.
         At most SUBMIT_BATCH tasks in all; with seal=False, add() more, then seal().
         """
+        args = (tasks, handler, then, record, unique_key, unique_scope, on_duplicate,
+                request_id, seal, run_at, delay, options)
+        if traceparent is None and tracehook.SENDING is not None:
+            with tracehook.SENDING(self.name) as sending:
+                out = self._flow(*args, sending.traceparent)
+                sending.sent(out.request.request_id, out.request.total)
+                return out
+        return self._flow(*args, check_traceparent(traceparent or ""))
+
+    def _flow(
+        self, tasks: Iterable[Any], handler: str, then: FollowUp | Sequence[FollowUp],
+        record: NewRecord | None, unique_key: str | None, unique_scope: str,
+        on_duplicate: str, request_id: str | None, seal: bool, run_at: datetime | None,
+        delay: float | timedelta | None, options: RequestOptions, tp: str,
+    ) -> Flow:
         rid, meta, due, payloads = self._checked(tasks, handler, request_id, seal, run_at,
                                                  delay, options)
+        unique = unique_spec(unique_key, unique_scope, on_duplicate)
         follow, fids, fargs, fkeys = self._follow_ups(rid, then)
-        count = len(payloads) + sum(len(a) - 11 for a in fargs)  # id, 9 options, n: 11
+        count = len(payloads) + sum(len(a) - 12 for a in fargs)  # id, 10 options, n: 12
         if count > SUBMIT_BATCH:
             raise InvalidInput(
                 f"a flow is one atomic call of at most {SUBMIT_BATCH} tasks (the request's and "
                 f"its follow-ups'), got {count}; submit the request open (seal=False) and add() "
                 "the rest"
             )
-        rec_args: list[Any] = [0, "", 0, 0]
-        rec_keys: list[str] = []
-        if record is not None:
-            if not isinstance(record, NewRecord):
-                raise InvalidInput(f"record must be made by Records.new(), got {record!r}")
-            if not (record.key.startswith(self.keys.base)
-                    and record.index.startswith(self.keys.base)):
-                raise InvalidInput(f"record {record.record_id!r} is another queue's record")
-            rec_args = [len(record.fields) // 2, record.record_id, record.keep_s, record.at_ms]
-            rec_keys = [record.key, record.index]
+        rec_args, rec_keys = self._record_args(record)
         reply = self._run(
             "submit_flow",
-            [rid, self._now(), *meta, int(seal), due, len(follow), *rec_args,
+            [rid, self._now(), *meta, int(seal), due, unique, len(follow), *rec_args, tp,
              *(x for a in fargs for x in a), *(record.fields if record else ()), *payloads],
             [self.keys.request(rid), self.keys.tasks(rid), *fkeys, *rec_keys],
         )
@@ -352,13 +289,19 @@ class Producer(QueueBase):
         for h in dict.fromkeys([handler, *(f.handler for f in follow)]):
             self._check_handler(h)
         registry.seen(self)
-        created = bool(reply[0])
-        ours = Submitted(rid, created, str(reply[1]), int(reply[2]), int(reply[3]))
-        then_out = tuple(
-            None if reply[i] is None else Submitted(fid, created, str(reply[i]), int(reply[i + 1]))
-            for fid, i in zip(fids, range(4, len(reply), 2), strict=True)
-        )
-        return Flow(ours, then_out)
+        return _flow_of(rid, fids, reply)
+
+    def _record_args(self, record: NewRecord | None) -> tuple[list[Any], list[str]]:
+        """A flow's record as submit_flow.lua takes it: (its ARGV part, its KEYS part)."""
+        if record is None:
+            return [0, "", 0, 0], []
+        if not isinstance(record, NewRecord):
+            raise InvalidInput(f"record must be made by Records.new(), got {record!r}")
+        if not (record.key.startswith(self.keys.base)
+                and record.index.startswith(self.keys.base)):
+            raise InvalidInput(f"record {record.record_id!r} is another queue's record")
+        return ([len(record.fields) // 2, record.record_id, record.keep_s, record.at_ms],
+                [record.key, record.index])
 
     def _follow_ups(
         self, rid: str, then: FollowUp | Sequence[FollowUp]
@@ -422,19 +365,20 @@ class Producer(QueueBase):
         return total
 
     def _check_handler(self, handler: str) -> None:
-        """Warn once per queue and handler that no worker announced it. Reads the announced
-        names on the first submit, then at most every HANDLER_REFRESH_S and only for a name
-        not seen yet: a submit of a known handler costs no round trip."""
+        """Warn once per queue and handler that no live worker runs it. Reads the announced
+        names on the first submit, then at most every HANDLER_REFRESH_S (announcements end
+        with their workers): a submit costs no round trip in between."""
         offered: _Offered | None = getattr(self, "_offered", None)
         if offered is None:
             with _OFFERED_LOCK:
                 by_queue = _OFFERED.setdefault(self.redis, {})
                 offered = by_queue.setdefault(self.keys.base, _Offered())
             self._offered = offered  # the shared record, found once per Queue object
-        if handler in offered.names or handler in offered.warned:
-            return
         now = time.monotonic()
-        if now - offered.read_at >= HANDLER_REFRESH_S:
+        fresh = now - offered.read_at < HANDLER_REFRESH_S
+        if handler in offered.warned or (fresh and handler in offered.names):
+            return
+        if not fresh:
             offered.read_at = now
             try:
                 offered.names = handlers.names(self)
@@ -487,3 +431,18 @@ class Producer(QueueBase):
         reply = self._run("seal", [rid, self._now()], [self.keys.request(rid)])
         check_code(reply, f"seal request {rid!r}")
         return str(reply)
+
+
+def _flow_of(rid: str, fids: list[str], reply: list[Any]) -> Flow:
+    """What submit_flow.lua answered, as a Flow: the request and each follow-up (None for one
+    not made); a duplicate of a unique key's holder is the holder's id, no follow-ups."""
+    created = bool(reply[0])
+    if not created and len(reply) == 5 and isinstance(reply[4], str):  # a duplicate
+        return Flow(Submitted(reply[4], False, str(reply[1]), int(reply[2]), int(reply[3])),
+                    (None,) * len(fids))
+    ours = Submitted(rid, created, str(reply[1]), int(reply[2]), int(reply[3]))
+    then_out = tuple(
+        None if reply[i] is None else Submitted(fid, created, str(reply[i]), int(reply[i + 1]))
+        for fid, i in zip(fids, range(4, len(reply), 2), strict=True)
+    )
+    return Flow(ours, then_out)

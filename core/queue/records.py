@@ -139,6 +139,15 @@ class Records:
             return [_text(v) for v in self._r.zrange(self._keys.record_index(self.kind),
                                                      start, stop)]
 
+    def indexed_since(self, since_ms: int, limit: int) -> list[tuple[str, int]]:
+        """(id, time) of the index's entries at or after `since_ms`, oldest first, at most
+        `limit`: what was created since a follower last looked (the mirror's data jobs)."""
+        with translated(f"{self.kind} index"):
+            got = self._r.zrangebyscore(self._keys.record_index(self.kind), since_ms, "+inf",
+                                        start=0, num=int_in(limit, "limit", 1, 100_000),
+                                        withscores=True)
+        return [(_text(v), int(score)) for v, score in got]
+
     def unindex_before(self, before_ms: int) -> None:
         """Drop the index's entries older than `before_ms`."""
         with translated(f"{self.kind} index"):

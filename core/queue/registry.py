@@ -4,10 +4,16 @@ without KEYS or SCAN.
 One zset per key prefix (keys.registry_key, `<prefix>:queues`): queue name -> when it was last
 seen (ms). A producer adds its queue once per process (the first submit); workers refresh
 theirs on every heartbeat. Names stay until someone removes them (`forget`).
+
+A member that is not a valid queue name (written by hand, or by another program sharing the
+prefix) is skipped by every reader with one log line per process and name: one bad member must
+not make the console answer 500, nor stop the scheduler or the mirror.
 """
 
 from __future__ import annotations
 
+import logging
+import shlex
 import threading
 import time
 import weakref
@@ -15,13 +21,17 @@ from collections.abc import Iterable
 from typing import Any
 
 from .base import QueueBase, translated
-from .errors import QueueError
+from .errors import InvalidInput, QueueError
 from .keys import registry_key, validate_id
+
+log = logging.getLogger(__name__)
 
 # Per client: the queue registry keys ("<prefix>:queues" + name) this process has written.
 _SEEN: weakref.WeakKeyDictionary[Any, set[tuple[str, str]]] = weakref.WeakKeyDictionary()
 _SEEN_LOCK = threading.Lock()
 _generation = 0  # bumped by forget(): Queue objects then check the process-wide record again
+_SKIPPED: set[tuple[str, str]] = set()  # (registry key, invalid name) already logged
+_SKIPPED_LOCK = threading.Lock()
 
 
 def _now_ms() -> int:
@@ -68,14 +78,36 @@ def names(client: Any, *, prefix: str = "qa") -> list[str]:
 def last_seen(client: Any, *, prefix: str = "qa") -> dict[str, int]:
     """Every registered queue name under `prefix` -> when a producer or worker last used it
     (ms; producers only mark the first submit of each process)."""
+    key = registry_key(prefix)
     with translated("queue registry"):
-        rows = client.zrange(registry_key(prefix), 0, -1, withscores=True)
-    return {name: int(score) for name, score in rows}
+        rows = client.zrange(key, 0, -1, withscores=True)
+    found: dict[str, int] = {}
+    for name, score in rows:
+        if isinstance(name, bytes):  # a client without decode_responses
+            name = name.decode("utf-8", "replace")
+        try:
+            validate_id(name, "queue name")
+        except InvalidInput as exc:
+            _skip(key, name, exc)
+            continue
+        found[name] = int(score)
+    return found
+
+
+def _skip(key: str, name: str, exc: InvalidInput) -> None:
+    with _SKIPPED_LOCK:
+        if (key, name) in _SKIPPED:
+            return
+        _SKIPPED.add((key, name))
+    log.warning("queue registry %s: skipping %s (remove it: redis-cli ZREM %s %s)",
+                key, exc, key, shlex.quote(name))
 
 
 def forget(client: Any, name: str, *, prefix: str = "qa") -> bool:
-    """Remove a queue name from the registry (its keys are untouched); True if it was there."""
-    validate_id(name, "queue name")
+    """Remove a queue name from the registry (its keys are untouched); True if it was there.
+    An invalid name is removed too: it names no keys, and readers only skip it."""
+    if not isinstance(name, str):
+        raise InvalidInput(f"invalid queue name {name!r}: not a string")
     with translated("queue registry"):
         removed = int(client.zrem(registry_key(prefix), name))
     global _generation

@@ -10,13 +10,11 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from .base import MAX_RESULT_BYTES, QueueBase, translated
-from .errors import InvalidResult, ResultTooLarge, UnknownRequest
-from .keys import validate_id
+from .base import MAX_RESULT_BYTES, QueueBase
+from .errors import InvalidResult, ResultTooLarge
 from .models import Lease
-from .produce import non_finite
-
-READ_AT_ONCE = 1000  # results read in one command; more are read in HSCAN pages of this size
+from .options import non_finite
+from .read.results import all_results
 
 
 class Completion(NamedTuple):
@@ -58,12 +56,6 @@ def lease_of(ack: str) -> str:
     return ack.partition(" ")[0]
 
 
-def task_order(task_id: str) -> tuple[int, int]:
-    """Task ids (stream entry ids "<ms>-<seq>") in the order their tasks were added."""
-    ms, _, seq = task_id.partition("-")
-    return (int(ms), int(seq)) if ms.isdecimal() and seq.isdecimal() else (-1, -1)
-
-
 class Results(QueueBase):
     """Keeps handlers' results with their acks, and reads them back."""
 
@@ -81,20 +73,4 @@ class Results(QueueBase):
         that returned None, or are not finished, have none. UnknownRequest if the queue
         holds no such request (never submitted, or its retention ended: its results went
         with it)."""
-        rid = validate_id(request_id, "request id")
-        key = self.keys.results(rid)
-        with translated("result"):
-            pipe = self.redis.pipeline(transaction=True)
-            pipe.exists(self.keys.request(rid))
-            pipe.hlen(key)
-            exists, n = pipe.execute()
-            if not exists:
-                raise UnknownRequest(
-                    f"no request {rid!r} in queue {self.name!r} (never submitted, or its "
-                    "retention ended and its results with it)"
-                )
-            if n <= READ_AT_ONCE:
-                raw: dict[str, str] = self.redis.hgetall(key)
-            else:  # a huge request: in pages, not one command that holds Redis for long
-                raw = dict(self.redis.hscan_iter(key, count=READ_AT_ONCE))
-        return {tid: orjson.loads(raw[tid]) for tid in sorted(raw, key=task_order)}
+        return all_results(self, request_id)

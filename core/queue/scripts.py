@@ -1,16 +1,20 @@
 """The engine's Lua operations as one Redis Functions library, and the calls into it.
 
 Each operation stays one file, lua/<name>.lua: a contract header, then a body that reads
-`KEYS` and `ARGV` and `return`s, as a script would. A `--@include NAME` line in it names a
-helper file, lua/_NAME.lua, or a group of them (HELPERS: `common` is the engine's helpers,
-one file per concern, in the order they build on each other). The library is
-`#!lua name=<lib>`, every included helper file once, then one
-`redis.register_function('<lib>_<name>', function(KEYS, ARGV) ... end)` per operation around
-its body. Redis runs the helpers once, when it loads the library, instead
-of at every call as it would a script's (~15 us a call); `begin(KEYS)`, which the helpers
-must define, is called first in every operation to set the queue's keys and reset the state
-of one call, and `finish(result)` last, with the operation's result, to write what the
-operation kept back until its end (request fields, stats) before it is returned.
+`KEYS` and `ARGV` and `return`s, as a script would. Its `--@include a b ...` lines name the
+helper files it uses, lua/_a.lua ...; a helper file names the helpers it uses the same way.
+Include what you use, and only that: the loader checks that every helper a file calls is one
+it includes, that it includes none it does not call, and that helpers include each other
+without a cycle (BullMQ's `includes/` are the model). Every operation also gets `finish`
+(and through it `base`), which the loader's own wrapper calls.
+
+The library is `#!lua name=<lib>`, every helper file any operation needs once, each after
+the helpers it includes, then one `redis.register_function('<lib>_<name>', function(KEYS,
+ARGV) ... end)` per operation around its body. Redis runs the helpers once, when it loads the
+library, instead of at every call as it would a script's (~15 us a call); `begin(KEYS)`,
+which `base` defines, is called first in every operation to set the queue's keys and reset
+the state of one call, and `finish(result)` last, with the operation's result, to write what
+the operation kept back until its end (request fields, stats) before it is returned.
 
 The library is named by a hash of its text, so two versions of the code can share a Redis
 during an upgrade. It is loaded on first use and again whenever Redis answers "Function not
@@ -32,13 +36,9 @@ import redis
 
 from .errors import QueueError
 
-_INCLUDE = re.compile(r"^--@include (\w+)[ \t]*\n?", re.MULTILINE)
-# Groups of helper files an operation includes by one name, in the order they are loaded: a
-# file uses only what the files before it define (each one's header says what it defines).
-HELPERS = {
-    "common": ("base", "requests", "metrics", "readiness", "finish", "leasing", "completion",
-               "tasks", "scheduled", "revoke"),
-}
+_INCLUDE = re.compile(r"^--@include ([\w ]+?)[ \t]*(?:\n|$)", re.MULTILINE)
+# What every operation gets without naming it: the wrapper calls begin() and finish().
+IMPLICIT = ("finish",)
 LIBRARY_PREFIX = "qa"
 _NOT_FOUND = "Function not found"
 
@@ -63,6 +63,8 @@ SCRIPT_NAMES = (
     "run_now",
     "progress",
     "control",
+    "upgrade",
+    "set_limit",
 )
 
 
@@ -71,8 +73,69 @@ def _read(name: str) -> str:
 
 
 def split_includes(text: str) -> tuple[str, list[str]]:
-    """An operation's text without its `--@include NAME` lines, and the names they include."""
-    return _INCLUDE.sub("", text), _INCLUDE.findall(text)
+    """A file's text without its `--@include ...` lines, and the names they include."""
+    return _INCLUDE.sub("", text), [n for line in _INCLUDE.findall(text) for n in line.split()]
+
+
+# -- what a Lua file defines and uses (for the include check) ------------------------------
+
+_LONG_OPEN = re.compile(r"\[(=*)\[")
+_NAME = re.compile(r"(?<![\w.:])[A-Za-z_]\w*")
+_TOP_FUNCTION = re.compile(r"^local function (\w+)", re.MULTILINE)
+_TOP_LOCALS = re.compile(r"^local (?!function\b)([\w, ]+?)\s*(?:=|$)", re.MULTILINE)
+_ASSIGNED = re.compile(r"^(\w+) = function\b", re.MULTILINE)
+
+
+def code_of(text: str) -> str:
+    """Lua text without its comments and with its string literals emptied: the names its
+    code really uses. Line breaks are kept, so what starts a line still does."""
+    out: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if text.startswith("--", i):
+            long = _LONG_OPEN.match(text, i + 2)
+            if long:  # --[[ ... ]] or --[==[ ... ]==]
+                end = text.find("]" + long.group(1) + "]", long.end())
+                end = n if end < 0 else end + len(long.group(1)) + 2
+                out.append("\n" * text.count("\n", i, end))
+                i = end
+            else:
+                end = text.find("\n", i)
+                i = n if end < 0 else end
+            continue
+        if c in "'\"":
+            j = i + 1
+            while j < n and text[j] != c and text[j] != "\n":
+                j += 2 if text[j] == "\\" else 1
+            out.append("''")
+            i = j + 1
+            continue
+        long = _LONG_OPEN.match(text, i) if c == "[" else None
+        if long:  # [[ ... ]] long string
+            end = text.find("]" + long.group(1) + "]", long.end())
+            end = n if end < 0 else end + len(long.group(1)) + 2
+            out.append("''" + "\n" * text.count("\n", i, end))
+            i = end
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def defined_by(text: str) -> set[str]:
+    """The names a helper file defines at its top level (functions, locals, and a function
+    assigned to a name it declared earlier)."""
+    code = code_of(text)
+    names = set(_TOP_FUNCTION.findall(code)) | set(_ASSIGNED.findall(code))
+    for group in _TOP_LOCALS.findall(code):
+        names |= {n.strip() for n in group.split(",") if n.strip()}
+    return names
+
+
+def used_by(text: str) -> set[str]:
+    """Every name a file's code mentions (not as a field: `h.add` is not `add`)."""
+    return set(_NAME.findall(code_of(text)))
 
 
 @dataclass(frozen=True)
@@ -84,33 +147,71 @@ class Library:
     functions: dict[str, str] = field(compare=False)  # operation -> registered function name
 
 
-def build(names: Sequence[str] = SCRIPT_NAMES, read: Callable[[str], str] = _read) -> Library:
-    """The library of the operations `names`: their helper files once, then each operation
-    as a registered function. Raises LookupError for a missing helper file, ValueError for
-    a helper that includes another or that does not define begin()."""
-    helpers: dict[str, str] = {}
-    bodies: list[tuple[str, str]] = []
+def helper_files() -> list[str]:
+    """Every helper file in lua/ (by the name an include gives: `_tasks.lua` is "tasks")."""
+    return sorted(p.name[1:-4] for p in files(__package__).joinpath("lua").iterdir()
+                  if p.name.startswith("_") and p.name.endswith(".lua"))
+
+
+class _Includes:
+    """The helper files operations include, read once each, in an order where each comes
+    after those it includes (a depth-first walk that refuses a cycle)."""
+
+    def __init__(self, read: Callable[[str], str]) -> None:
+        self.read = read
+        self.helpers: dict[str, tuple[str, list[str]]] = {}  # name -> (text, its includes)
+        self.order: list[str] = []
+        self._state: dict[str, str] = {}
+
+    def helper(self, name: str, by: str) -> tuple[str, list[str]]:
+        if name not in self.helpers:
+            try:
+                text = self.read(f"_{name}")
+            except FileNotFoundError as exc:
+                raise LookupError(f"--@include {name} in {by}.lua: no file "
+                                  f"lua/_{name}.lua") from exc
+            self.helpers[name] = split_includes(text)
+        return self.helpers[name]
+
+    def visit(self, name: str, by: str, path: tuple[str, ...]) -> None:
+        if self._state.get(name) == "done":
+            return
+        if self._state.get(name) == "open":
+            raise ValueError("the helpers include each other in a cycle: "
+                             + " -> ".join((*path, name)))
+        self._state[name] = "open"
+        for inc in self.helper(name, by)[1]:
+            self.visit(inc, f"_{name}", (*path, name))
+        self._state[name] = "done"
+        self.order.append(name)
+
+
+def build(names: Sequence[str] = SCRIPT_NAMES, read: Callable[[str], str] = _read,
+          known: Sequence[str] | None = None) -> Library:
+    """The library of the operations `names`: the helper files they include (and those
+    include), each once and after its own includes, then each operation as a registered
+    function. `known`: every helper file there is (default: lua/'s), so that a name of one
+    that nothing includes is caught too. Raises LookupError for a missing helper file,
+    ValueError for an include cycle, a helper a file uses without including it or includes
+    without using it, or helpers that do not define begin() and finish()."""
+    includes = _Includes(read)
+    bodies: list[tuple[str, str, list[str]]] = []
     for op in names:
         body, named = split_includes(read(op))
-        includes = [f for name in named for f in HELPERS.get(name, (name,))]
-        for inc in includes:
-            if inc in helpers:
-                continue
-            try:
-                text = read(f"_{inc}")
-            except FileNotFoundError as exc:
-                raise LookupError(f"--@include {inc} in {op}.lua: no file lua/_{inc}.lua") from exc
-            if _INCLUDE.search(text):
-                raise ValueError(f"lua/_{inc}.lua includes another file; one level only")
-            helpers[inc] = text
-        bodies.append((op, body))
-    prelude = "\n".join(helpers.values())
-    for helper in ("begin(keys)", "finish(result)"):
-        if not re.search(rf"^local function {re.escape(helper)}", prelude, re.MULTILINE):
-            raise ValueError(f"the helper files must define `local function {helper}`")
+        for inc in (*IMPLICIT, *named):
+            includes.visit(inc, op, (op,))
+        bodies.append((op, body, named))
+    every = dict(includes.helpers)
+    for other in (helper_files() if known is None and read is _read else known or ()):
+        every.setdefault(other, split_includes(read(f"_{other}")))
+    _check_includes(every, includes.helpers, bodies)
+    prelude = "\n".join(includes.helpers[h][0] for h in includes.order)
+    for needed in ("begin(keys)", "finish(result)"):
+        if not re.search(rf"^local function {re.escape(needed)}", prelude, re.MULTILINE):
+            raise ValueError(f"the helper files must define `local function {needed}`")
     # The name is a hash of the text, so the text is hashed with a placeholder for it.
     parts = ["#!lua name=@LIB@\n", prelude]
-    for op, body in bodies:
+    for op, body, _ in bodies:
         # The body, which returns as a script does, runs in a function of its own, so that
         # finish() sees every return: it writes what the operation kept back until its end.
         parts.append(
@@ -119,7 +220,33 @@ def build(names: Sequence[str] = SCRIPT_NAMES, read: Callable[[str], str] = _rea
         )
     template = "".join(parts)
     name = f"{LIBRARY_PREFIX}_{hashlib.sha1(template.encode()).hexdigest()[:8]}"
-    return Library(name, template.replace("@LIB@", name), {op: f"{name}_{op}" for op, _ in bodies})
+    return Library(name, template.replace("@LIB@", name),
+                   {op: f"{name}_{op}" for op, _, _ in bodies})
+
+
+def _check_includes(every: dict[str, tuple[str, list[str]]],
+                    helpers: dict[str, tuple[str, list[str]]],
+                    bodies: list[tuple[str, str, list[str]]]) -> None:
+    """Include what you use, and only that: each file (helper or operation) includes every
+    helper whose names it uses, and none whose names it does not (`base`, the keys and the
+    call's state, is used by nearly all and may be included by any). `every`: all helper
+    files (whose names are known), `helpers`: those in the library."""
+    owner: dict[str, str] = {}
+    for name, (text, _) in every.items():
+        for defined in defined_by(text):
+            owner.setdefault(defined, name)
+    files = [(f"_{n}", t, inc, n) for n, (t, inc) in helpers.items()]
+    files += [(op, body, named, "") for op, body, named in bodies]
+    for label, text, included, own in files:
+        mine = defined_by(text) if own else set()
+        uses = {owner[n] for n in used_by(text) - mine if n in owner} - {own}
+        given = set(included) | (set(IMPLICIT) if not own else set())
+        if missing := uses - given:
+            raise ValueError(f"lua/{label}.lua uses {', '.join(sorted(missing))} without "
+                             f"including it: add --@include {' '.join(sorted(missing))}")
+        if unused := set(included) - uses - {"base"}:
+            raise ValueError(f"lua/{label}.lua includes {', '.join(sorted(unused))} but uses "
+                             "nothing of it: remove the --@include")
 
 
 @cache

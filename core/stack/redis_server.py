@@ -5,7 +5,6 @@ Stopped by PID: nothing here ever touches a Redis it did not start.
 
 from __future__ import annotations
 
-import os
 import random
 import shutil
 import signal
@@ -15,6 +14,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from core.procs import free_port, port_free
 
 # Redis's appendfsync values. "always": the append-only file is fsynced before a write is
 # answered, so an acknowledged write survives a crash of redis-server or of the machine;
@@ -28,28 +29,12 @@ FSYNC_MODES = ("always", "everysec", "no")
 STREAM_NODE_MAX_BYTES = "1024"
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
-
-
 def free_cluster_port() -> int:
     """A free port whose cluster bus port (port + 10000) is free too; Redis needs both, so
     the port must be at most 55535."""
     for _ in range(200):
         port = random.randint(20_000, 45_000)
-        if _port_free(port) and _port_free(port + 10_000):
+        if port_free(port) and port_free(port + 10_000):
             return port
     raise RuntimeError("no free port pair (port, port + 10000) found for a cluster node")
 
@@ -102,28 +87,11 @@ def start_redis(
     data.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
     args = [
-        exe,
-        "--port",
-        str(port),
-        "--bind",
-        "127.0.0.1",
-        "--dir",
-        str(data.resolve()),
-        "--save",
-        "",
-        "--appendonly",
-        "yes" if appendonly else "no",
-        "--appendfsync",
-        fsync,
-        "--daemonize",
-        "no",
-        "--protected-mode",
-        "yes",
-        "--logfile",
-        str((data / "redis.log").resolve()),
-        "--stream-node-max-bytes",
-        STREAM_NODE_MAX_BYTES,
-        *(extra or []),
+        exe, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data.resolve()),
+        "--save", "", "--appendonly", "yes" if appendonly else "no", "--appendfsync", fsync,
+        "--daemonize", "no", "--protected-mode", "yes",
+        "--logfile", str((data / "redis.log").resolve()),
+        "--stream-node-max-bytes", STREAM_NODE_MAX_BYTES, *(extra or []),
     ]
     # Its own session: a Ctrl-C meant for the supervisor must not stop Redis before the
     # workers have released their tasks; whoever started it stops it, by PID.
@@ -132,6 +100,14 @@ def start_redis(
         pass_fds=tuple(pass_fds),
     )
     server = RedisServer(port, data, proc)
+    _wait_answering(server, ready_timeout)
+    return server
+
+
+def _wait_answering(server: RedisServer, ready_timeout: float) -> None:
+    """Until the started server answers PING; killed and a RuntimeError if it exits first
+    (with the end of its log) or does not answer in time."""
+    port, data, proc = server.port, server.data_dir, server.process
     deadline = time.monotonic() + ready_timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -145,23 +121,12 @@ def start_redis(
             with socket.create_connection(("127.0.0.1", port), timeout=0.2) as s:
                 s.sendall(b"PING\r\n")
                 if s.recv(64).startswith(b"+PONG"):
-                    return server
+                    return
         except OSError:
             pass
         time.sleep(0.02)
     server.stop(sig=signal.SIGKILL)
     raise RuntimeError(f"redis-server did not answer on port {port} within {ready_timeout}s")
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
 
 @dataclass
 class RedisCluster:
@@ -185,49 +150,25 @@ def start_cluster(
     create`, and wait until every node reports cluster_state:ok."""
     root = Path(data_dir)
     servers: list[RedisServer] = []
+    node_args = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                 "--cluster-node-timeout", "5000"]
     try:
         for i in range(masters):
-            servers.append(
-                start_redis(
-                    root / f"node{i}",
-                    port=free_cluster_port(),
-                    appendonly=False,
-                    extra=[
-                        "--cluster-enabled",
-                        "yes",
-                        "--cluster-config-file",
-                        "nodes.conf",
-                        "--cluster-node-timeout",
-                        "5000",
-                    ],
-                )
-            )
+            servers.append(start_redis(root / f"node{i}", port=free_cluster_port(),
+                                       appendonly=False, extra=node_args))
         cli = shutil.which("redis-cli")
         if cli is None:
             raise RuntimeError("redis-cli is not installed (Debian: apt-get install redis-tools)")
         subprocess.run(
-            [
-                cli,
-                "--cluster",
-                "create",
-                *(f"127.0.0.1:{s.port}" for s in servers),
-                "--cluster-replicas",
-                "0",
-                "--cluster-yes",
-            ],
-            check=True,
-            capture_output=True,
-            timeout=ready_timeout,
+            [cli, "--cluster", "create", *(f"127.0.0.1:{s.port}" for s in servers),
+             "--cluster-replicas", "0", "--cluster-yes"],
+            check=True, capture_output=True, timeout=ready_timeout,
         )
         deadline = time.monotonic() + ready_timeout
         while True:
             states = [
-                subprocess.run(
-                    [cli, "-p", str(s.port), "cluster", "info"],
-                    capture_output=True,
-                    text=True,
-                    timeout=5,
-                ).stdout
+                subprocess.run([cli, "-p", str(s.port), "cluster", "info"],
+                               capture_output=True, text=True, timeout=5).stdout
                 for s in servers
             ]
             if all("cluster_state:ok" in st for st in states):

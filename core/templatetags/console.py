@@ -8,10 +8,10 @@ import time
 from typing import Any
 
 from django import template
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from core.queue.produce import DEFAULT_CONCURRENCY
+from core.queue.options import DEFAULT_CONCURRENCY
 
 register = template.Library()
 
@@ -100,14 +100,22 @@ def text_block(text: Any, limit: int = 400) -> SafeString:
 
 
 SEGMENTS = ("done", "dead", "cancelled", "leased", "delayed", "waiting")
+# What each segment is called where it is labelled: a leased task is running on a worker.
+SEGMENT_NAMES = {"leased": "running"}
 
 
 @register.simple_tag
-def progress(row: Any) -> SafeString:
-    """A request's tasks as one bar: done, dead, cancelled, leased, delayed, waiting. SVG
-    rectangles (attributes, not inline style, so a strict CSP allows it)."""
+def progress(row: Any, tasks: Any = None) -> SafeString:
+    """A request's tasks as one bar: done, dead, cancelled, running (leased), delayed,
+    waiting, each segment labelled with its count under it. SVG rectangles (attributes, not
+    inline style, so a strict CSP allows it). The figure is the share of its tasks finished;
+    with `tasks` (TaskProgress, as the request page reads them), what its running tasks
+    report of themselves (ctx.progress) counts too, as a darker part of the running segment."""
     counts = {s: max(0, int(getattr(row, s, 0) or 0)) for s in SEGMENTS}
     total = max(int(getattr(row, "total", 0) or 0), sum(counts.values()), 1)
+    reported = min(float(counts["leased"]), sum(
+        t.percent / 100 for t in tasks or ()
+        if getattr(t, "running", False) and t.percent is not None))
     x = 0.0
     rects = []
     for name in SEGMENTS:
@@ -115,14 +123,31 @@ def progress(row: Any) -> SafeString:
         if width > 0:
             rects.append(format_html('<rect class="p-{}" x="{}" y="0" width="{}" '
                                      'height="8"></rect>', name, f"{x:.3f}", f"{width:.3f}"))
+            if name == "leased" and reported > 0:
+                rects.append(format_html(
+                    '<rect class="p-reported" x="{}" y="0" width="{}" height="8"></rect>',
+                    f"{x:.3f}", f"{100 * reported / total:.3f}"))
         x += width
-    label = ", ".join(f"{counts[s]:,} {s}" for s in SEGMENTS if counts[s]) or "no tasks"
+    shown = [(s, counts[s]) for s in SEGMENTS if counts[s]]
+    label = ", ".join(f"{n:,} {SEGMENT_NAMES.get(s, s)}" for s, n in shown) or "no tasks"
     finished = counts["done"] + counts["dead"] + counts["cancelled"]
+    pct = int(100 * (finished + reported) / total)
+    if finished + reported < total:
+        pct = min(pct, 99)  # 100 % only once every task has finished
+    why = "of its tasks finished (done, dead or cancelled)"
+    if reported > 0:
+        why += (f", and what its running tasks report of themselves: {reported:.2f} of "
+                f"{counts['leased']:,} between them")
+        label += f" (reporting {100 * reported / counts['leased']:.0f} % on average)"
+    segs = format_html_join("", '<span class="seg" data-segment="{}"><i class="k k-{}"></i>{} '
+                            "{}</span>", ((s, s, f"{n:,}", SEGMENT_NAMES.get(s, s))
+                                          for s, n in shown))
     return format_html(
         '<span class="progress"><svg viewBox="0 0 100 8" preserveAspectRatio="none" '
         'role="img" aria-label="{}"><title>{}</title><rect class="p-track" x="0" y="0" '
-        'width="100" height="8"></rect>{}</svg><span class="pct">{}%</span></span>',
-        label, label, SafeString("".join(rects)), f"{100 * finished // total}",
+        'width="100" height="8"></rect>{}</svg><span class="pct" title="{}">{}%</span>'
+        '<span class="segs">{}</span></span>',
+        label, label, SafeString("".join(rects)), why, pct, segs,
     )
 
 

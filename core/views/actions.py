@@ -5,7 +5,9 @@ from with the result as a message (a plain form POST and a redirect: no JavaScri
 
 - A refusal of the service layer (no permission) is a 403 page; bad input a 400 page.
 - Delete and cancel cannot be undone: their first POST shows a confirmation with the exact
-  count, the second acts.
+  count, the second acts. A pause asks first too, saying what it stops (how many tasks wait,
+  how many running ones finish, the schedules that fire into the paused queue): its button
+  is a link, GET /actions/pause/?queue=Q shows the question, and only its POST acts.
 - Every form carries a nonce: a second POST of the same form (a double click that reached the
   server after the first finished, a reload of the result) says "already done" instead of
   acting again. Two POSTs at the same instant both reach the engine, which acts once (it
@@ -14,15 +16,18 @@ from with the result as a message (a plain form POST and a redirect: no JavaScri
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
-from django.views.decorators.http import require_POST
+from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_http_methods
 
 from core.console import forms
 from core.console.errors import error_page
@@ -33,6 +38,8 @@ from core.ops.errors import BadInput, Refused, StaleState
 from core.ops.perms import allowed
 from core.pipeline import jobs
 from core.queue import Queue
+
+from .common import PERMISSION, nonce
 
 DONE_KEY = "qa_done"  # session: nonce -> the message of what that form did
 DONE_KEPT = 30
@@ -77,6 +84,7 @@ class Confirm:
     button: str
     items: list[str]
     note: str = ""
+    danger: bool = True  # cannot be undone (a pause can: its items are sentences, not ids)
 
 
 @dataclass(frozen=True)
@@ -86,6 +94,7 @@ class Spec:
     # The question asked before acting: (question, button, targets), or None to act at once.
     confirm: Callable[[HttpRequest, Queue], Confirm] | None = None
     back: str = "core:overview"
+    ask_on_get: bool = False  # a GET of its URL shows the question (the button is a link)
 
 
 def _requeue(actor: Any, q: Queue, request: HttpRequest) -> Any:
@@ -160,6 +169,37 @@ def _resume(actor: Any, q: Queue, request: HttpRequest) -> Any:
     return actions.resume(actor, q.name)
 
 
+def _confirm_pause(request: HttpRequest, queue: Queue) -> Confirm:
+    i = actions.pause_impact(queue.name)
+
+    def n(count: int, noun: str) -> str:
+        return f"{count:,} {noun}{'s' if count != 1 else ''}"
+
+    items = [f"{n(i.waiting, 'waiting task')} stay waiting: no worker takes any of them until "
+             "the queue is resumed.",
+             f"{n(i.running, 'running task')} finish{'es' if i.running == 1 else ''} on "
+             f"{'its' if i.running == 1 else 'their'} worker{'s' if i.running != 1 else ''}; "
+             "nothing new starts."]
+    if i.retries or i.delayed:
+        items.append(f"{n(i.retries, 'task')} in retry backoff and "
+                     f"{n(i.delayed, 'delayed request')} come due into the paused queue and "
+                     "wait there.")
+    for name, next_ms in i.schedules[:SHOWN]:
+        when = "" if next_ms is None else " (next at " + timezone.localtime(
+            dt.datetime.fromtimestamp(next_ms / 1000, tz=dt.UTC)).strftime(
+            "%Y-%m-%d %H:%M %Z") + ")"
+        items.append(f"Schedule {name} still fires into the paused queue{when}: its runs wait.")
+    if len(i.schedules) > SHOWN:
+        items.append(f"… and {n(len(i.schedules) - SHOWN, 'more schedule')} firing into it.")
+    note = ("New work submitted meanwhile is accepted and waits too; the console's submit form "
+            "and `datajob submit` say so. Resuming loses nothing: the waiting work then runs in "
+            "its usual order.")
+    if i.paused:
+        note = f"Queue {queue.name} is paused already: pausing it again changes nothing. " + note
+    return Confirm(f"Pause queue {queue.name}?", f"Pause {queue.name}", items, note,
+                   danger=False)
+
+
 def _confirm_delete(request: HttpRequest, queue: Queue) -> Confirm:
     ids = forms.dead_ids(request.POST)
     what = f"{len(ids):,} dead letter{'s' if len(ids) != 1 else ''}"
@@ -196,7 +236,7 @@ SPECS: dict[str, Spec] = {
     "worker-quiet": Spec(_worker_control("quiet"), "control", back="core:workers"),
     "worker-resume": Spec(_worker_control("resume"), "control", back="core:workers"),
     "worker-stop": Spec(_worker_control("stop"), "control", _confirm_stop, back="core:workers"),
-    "pause": Spec(_pause, "pause"),
+    "pause": Spec(_pause, "pause", _confirm_pause, ask_on_get=True),
     "resume": Spec(_resume, "pause"),
 }
 
@@ -205,11 +245,13 @@ def refused(request: HttpRequest, exc: Exception) -> HttpResponse:
     return error_page(request, 403, "Not allowed", str(exc) or "Your account may not do this.")
 
 
-@require_POST
+@require_http_methods(["GET", "HEAD", "POST"])
 def act(request: HttpRequest, name: str) -> HttpResponse:
     spec = SPECS.get(name)
     if spec is None:
         return error_page(request, 404, "Not found", f"There is no action {name!r}.")
+    if request.method != "POST":
+        return _ask(request, name, spec)
     # No permission: the service layer refuses and audits it; junk from such an account is a
     # 403 as well (it learns nothing about what the form should have said).
     may = bool(allowed(request.user).get(spec.perm))
@@ -242,16 +284,35 @@ def act(request: HttpRequest, name: str) -> HttpResponse:
     return HttpResponseRedirect(back)
 
 
+def _ask(request: HttpRequest, name: str, spec: Spec) -> HttpResponse:
+    """GET of an action that asks first (a pause): the question, never the action. Any other
+    action's URL answers GET with 405, as before."""
+    if not spec.ask_on_get or spec.confirm is None:
+        return HttpResponseNotAllowed(["POST"])
+    if not request.user.has_perm(PERMISSION) or not allowed(request.user).get(spec.perm):
+        return refused(request, PermissionError(""))  # a GET tried nothing: not audited
+    queue = queue_from(request)
+    back = f"{reverse(spec.back)}?queue={queue.name}"
+    target = request.GET.get("next", "")
+    if target.startswith("/") and url_has_allowed_host_and_scheme(
+            target, allowed_hosts={request.get_host()}, require_https=request.is_secure()):
+        back = target
+    fields = [("queue", queue.name), ("nonce", nonce()), ("next", back)]
+    return _confirmation(request, name, queue, spec.confirm(request, queue), back, fields)
+
+
 def _confirmation(
-    request: HttpRequest, name: str, queue: Queue, ask: Confirm, back: str
+    request: HttpRequest, name: str, queue: Queue, ask: Confirm, back: str,
+    fields: list[tuple[str, str]] | None = None,
 ) -> HttpResponse:
-    """The page that asks before an action that cannot be undone; its button posts the same
-    fields again, with confirmed=1."""
-    fields = [(k, v) for k in request.POST for v in request.POST.getlist(k)
-              if k not in ("csrfmiddlewaretoken", "confirmed")]
+    """The page that asks before an action; its button posts the same fields again (or
+    `fields`, for the question a GET asked), with confirmed=1."""
+    if fields is None:
+        fields = [(k, v) for k in request.POST for v in request.POST.getlist(k)
+                  if k not in ("csrfmiddlewaretoken", "confirmed")]
     return render(request, "core/confirm.html", {
         "question": ask.question, "button": ask.button, "note": ask.note,
         "items": ask.items[:SHOWN], "more": max(0, len(ask.items) - SHOWN),
         "fields": fields, "action_url": reverse("core:act", args=[name]), "back": back,
-        "queue": queue.name, "danger": True,
+        "queue": queue.name, "danger": ask.danger,
     })

@@ -16,9 +16,10 @@ from core.ops import audit
 from .common import console_page, page
 
 ACTIONS = ("requeue", "delete", "cancel", "claim", "release", "reclaim", "pause", "resume",
-           "stop", "datajob", "datajob-clean", "login", "unlock", "login-log-reset",
+           "stop", "preview", "datajob", "datajob-clean", "login", "unlock", "login-log-reset",
            "user-add", "user-change", "user-delete", "group-add", "group-change",
-           "group-delete", "worker-quiet", "worker-stop", "worker-resume")
+           "group-delete", "worker-quiet", "worker-stop", "worker-resume", "retention-set",
+           "retention-unset", "prune", "limit-set", "limit-remove")
 PAGE = 50
 
 

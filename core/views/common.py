@@ -12,10 +12,12 @@ from typing import Any, ParamSpec
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
-from django.template.loader import render_to_string
+from django.template import TemplateDoesNotExist
+from django.template.loader import get_template, render_to_string
 from django.views.decorators.http import require_safe
 
 from core.console.aggregates import summary
+from core.console.params import BadParam
 from core.console.queues import queue_names
 from core.ops.perms import allowed
 from core.queue import Queue
@@ -57,7 +59,9 @@ def page(
         "nonce": nonce(),  # one per rendering of the action forms: a resubmission is seen
         "queue": queue.name,
         "queues": queue_names(),
-        "summary": summary(queue),
+        # A page that read the queue's counters with its own figures passes them (so that its
+        # strip and its body say the same); the others show the cached ones.
+        "summary": context["summary"] if "summary" in context else summary(queue),
         "nav": nav,
         "live": live,
         "poll_s": POLL_S,
@@ -68,11 +72,22 @@ def page(
         # The queue's strip under the navigation comes along out of band: outside the live
         # fragment, it would otherwise keep the figures of when the page was opened (a done
         # job's page showed "1 leased", its combine step running at the time).
-        body = render_to_string(f"{template}#live", ctx, request)
+        body = render_to_string(_live_part(template), ctx, request)
         if ctx["summary"]:
             body += render_to_string("core/_strip.html", {**ctx, "oob": True}, request)
         return HttpResponse(body, status=status if live else 286)
     return render(request, template, ctx, status=status)
+
+
+def _live_part(template: str) -> str:
+    """The page's live fragment; BadParam (400) for a page that has none (Tokens, Retention):
+    it never polls, so only a forged or stale HX-Target asks for one."""
+    part = f"{template}#live"
+    try:
+        get_template(part)
+    except TemplateDoesNotExist:
+        raise BadParam("This page has no live part to poll: load the whole page.") from None
+    return part
 
 
 def nonce() -> str:

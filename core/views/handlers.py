@@ -1,6 +1,7 @@
 """Handlers: per-handler tasks done, failed and retried, failure rate, time spent and run-time
-percentiles over a range (1h, 24h, 7d, 90d), sortable; one handler's charts over that range.
-From the database (the mirror rolls the engine's per-minute metrics into it)."""
+percentiles over a range (1h, 24h, 7d, 90d, or since metrics began), sortable; one handler's
+charts over that range. From the database (the mirror rolls the engine's per-minute metrics
+into it; retention prunes the minutes and hours, never the totals since metrics began)."""
 
 from __future__ import annotations
 
@@ -38,7 +39,10 @@ def handler_list(request: HttpRequest) -> HttpResponse:
         p = {"queue": queue.name, "range": r.name, "sort": sort, "handler": chosen} | changes
         return "?" + urlencode({k: v for k, v in p.items() if v})
 
+    kept = figures.kept(queue.name)
     context = {
+        "kept": kept, "short": kept.short_of(r),
+        "minutes_from_hours": not r.hourly and (kept.minutes_from(now) or now) > now - r.span,
         "rows": [(row, link(handler=row.handler)) for row in rows], "range": r,
         "ranges": [(x, link(range=x.name)) for x in figures.RANGES.values()], "sort": sort,
         "sort_links": {name: link(sort=name) for name in figures.SORTS},

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from core.conf import get_queue
 from core.console import charts
-from core.console.aggregates import cached, redis_health, summary
+from core.console.aggregates import cached, mirror_lag, redis_health, summary
 from core.console.queues import queue_from, queue_names
 from core.models import QueueSample
 
@@ -40,6 +40,11 @@ def overview(request: HttpRequest) -> HttpResponse:
             waiting = s.stats.waiting + s.stats.delayed
             anomalies.append((s.name, f"{where}{_count(waiting, 'task waits', 'tasks wait')} "
                               "and no worker is live."))
+        elif s.stats.unrunnable:
+            for handler, n in s.stats.unrunnable.items():
+                anomalies.append((s.name, f"{where}{_count(n, 'task waits', 'tasks wait')} for "
+                                  f"handler {handler!r}, which no live worker runs: start a "
+                                  "worker that registers it (runworker --import MODULE)."))
         if s.expired_leases:
             expired = _count(s.expired_leases, "lease is past its expiry",
                              "leases are past their expiry")
@@ -58,6 +63,9 @@ def overview(request: HttpRequest) -> HttpResponse:
         "anomalies": anomalies,
         "charts": chart_list,
         "health": redis_health(),
+        "mirror_lag": mirror_lag(queue),
+        # The strip over the page says what the table says: the same read of the queue.
+        "summary": current,
     }
     return page(request, "core/overview.html", queue, context, nav="overview")
 

@@ -1,9 +1,10 @@
 """Pending entries across a queue: every leased task, the longest-overdue lease first, with
 its consumer, idle time and deliveries; past-expiry leases and dead consumers stand out.
 
-Read through the engine (introspect.leased): the queue's leases, one page by (expiry, token)
-cursor, then one round trip for those entries' XPENDING rows and one for their consumers'
-heartbeats: a page costs the same with ten leases or a million.
+Read through the engine (read.leased_view): the queue's counters and its leases, one
+page by (expiry, token) cursor, at one moment; then one round trip for those entries' XPENDING
+rows and one for their consumers' heartbeats: a page costs the same with ten leases or a
+million.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 
+from core.console.aggregates import LIVE_WORKER_MS, QueueSummary
 from core.console.paging import Paged, lease_cursor
 from core.console.queues import queue_from
-from core.queue import Queue, introspect
-from core.queue.models import PageCursor
+from core.queue import read
 
 from .common import console_page, page
 from .workers import DEFAULT_DEAD_AFTER_MS, dead_after_of
@@ -43,8 +44,13 @@ class Entry:
 def pending_list(request: HttpRequest) -> HttpResponse:
     queue = queue_from(request)
     after = lease_cursor(request)
-    now, entries, nxt = _entries(queue, after)
+    # The page, its total and the queue's strip over it: one read (read.LeasedView).
+    view = read.leased_view(queue, after=after, limit=PAGE,
+                            worker_timeout_ms=LIVE_WORKER_MS)
+    now, entries, nxt = _entries(view.page)
     context = {"entries": entries, "paged": Paged(entries, nxt, after is None), "lease_now": now,
+               "summary": QueueSummary(queue.name, view.stats, now, view.registered_workers,
+                                       view.expired_leases, None),
                "overdue": sum(1 for e in entries if e.overdue),
                # the datalist of the claim's target: consumers on this page that beat lately
                "alive_consumers": sorted({e.consumer for e in entries
@@ -52,8 +58,7 @@ def pending_list(request: HttpRequest) -> HttpResponse:
     return page(request, "core/pending.html", queue, context, nav="pending")
 
 
-def _entries(queue: Queue, after: PageCursor | None) -> tuple[int, list[Entry], str | None]:
-    got = introspect.leased(queue, after=after, limit=PAGE)
+def _entries(got: read.LeasedPage) -> tuple[int, list[Entry], str | None]:
     states = {c: _consumer_state(got.now_ms, beat, info)
               for c, (beat, info) in got.heartbeats.items()}
     entries = [Entry(

@@ -5,36 +5,41 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from django.conf import settings
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.urls import reverse
 
-from core.console import params
+from core.console import params, timeline
+from core.console.aggregates import LIVE_WORKER_MS, QueueSummary
 from core.console.paging import Paged, db_cursor, keyset, stream_cursor, successor
 from core.console.params import BadParam
 from core.console.queues import queue_from
-from core.models import DeadLetter, Request
-from core.queue import Queue, introspect
+from core.models import DeadLetter, Request, RequestEvent
+from core.queue import Queue, read
 from core.queue.errors import InvalidInput
-from core.queue.introspect import MAX_RESULTS_CURSOR
+from core.queue.follow import sid
 from core.queue.keys import validate_id, validate_task_id
-from core.queue.models import (
-    STATES,
-    TERMINAL_STATES,
-    PendingEntry,
-    RequestInfo,
-    TaskProgress,
-)
+from core.queue.models import STATES, TERMINAL_STATES, RequestInfo, TaskProgress
+from core.queue.models import DeadLetter as EngineDeadLetter
+from core.queue.read import MAX_RESULTS_CURSOR
+from core.queue.tracehook import trace_id_of
 
 from .common import console_page, page
 
 SORTS = ("created", "finished")
 PREVIEW_TASKS = 5
+PENDING_PAGE = 50
+LETTERS_SHOWN = 20
 RESULTS_PAGE = 50  # results shown at once (about: a page of the request's results hash)
 RESULT_PREVIEW = 200  # characters of a result shown in the table; the rest on its own page
-TIMELINE_SCAN = 500  # events read from the stream after a request's creation, at most
+# Entries of the queue's `events` stream read for the events the history does not have yet
+# (the newest), or for a request whose history has none (from its creation on).
+TIMELINE_SCAN = 500
+# A cancel applies while the request can still run tasks (not while it is being cancelled).
+CANCELLABLE = ("open", "scheduled", "held", "active")
 
 
 @dataclass(frozen=True)
@@ -57,6 +62,8 @@ class Row:
     cancelled: int
     created: dt.datetime | int
     finished: dt.datetime | int | None
+    # What its running tasks report of themselves (ctx.progress): its bar counts it.
+    tasks: tuple[TaskProgress, ...] = ()
 
     @property
     def final(self) -> bool:
@@ -76,7 +83,7 @@ class Row:
 
 def _live(queue: Queue, ids: list[str]) -> dict[str, RequestInfo]:
     """The Redis hashes of these requests (one round trip), those Redis still has."""
-    return introspect.requests_many(queue, ids)
+    return read.requests_many(queue, ids)
 
 
 @console_page
@@ -117,7 +124,10 @@ def request_list(request: HttpRequest) -> HttpResponse:
             qs = qs.filter(request_id__lt=upper)
     paged: Paged[Request] = keyset(qs, field, db_cursor(request))
     live = _live(queue, [r.request_id for r in paged.items if r.state not in TERMINAL_STATES])
-    rows = [Row.of(queue.name, r, live.get(r.request_id)) for r in paged.items]
+    running = read.running_progress(queue, [rid for rid, i in live.items() if i.leased])
+    rows = [replace(Row.of(queue.name, r, live.get(r.request_id)),
+                    tasks=tuple(running.get(r.request_id, ())))
+            for r in paged.items]
     if exact is not None and not any(r.id == exact.id for r in rows):
         rows.insert(0, exact)
     any_live = any(not r.final for r in rows)
@@ -138,7 +148,7 @@ def _find(queue: Queue, rid: str) -> Row | None:
         validate_id(rid, "request id")
     except InvalidInput:
         return None  # not an id: it can still be a prefix (of nothing, then)
-    live = introspect.request(queue, rid)
+    live = read.request(queue, rid)
     db = Request.objects.filter(queue=queue.name, request_id=rid).first()
     return Row.of(queue.name, db, live) if live or db else None
 
@@ -151,47 +161,124 @@ def request_detail(request: HttpRequest, queue_name: str, request_id: str) -> Ht
     except InvalidInput as exc:
         raise Http404(f"{exc}.") from None
     after = stream_cursor(request)
-    live = introspect.request(queue, request_id)
+    results_at = _results_cursor(request)
     db = Request.objects.filter(queue=queue.name, request_id=request_id).first()
+    kept = timeline.stored(queue.name, request_id)
+    # Everything below the navigation, the queue's strip included, comes from this one read.
+    view = read.request_view(
+        queue, request_id, pending_after=after or "-", pending_count=PENDING_PAGE,
+        first_tasks=PREVIEW_TASKS, results_cursor=results_at, results_count=RESULTS_PAGE,
+        letters=LETTERS_SHOWN, events_after=kept[-1].entry_id if kept else None,
+        events_since_ms=(int(db.created_at.timestamp() * 1000) - 1
+                         if db is not None and not kept else None),
+        events_count=TIMELINE_SCAN, worker_timeout_ms=LIVE_WORKER_MS,
+    )
+    live = view.info
     if live is None and db is None:
         raise Http404(f"Queue {queue.name} has no request {request_id!r} (in Redis or in the "
                       "history).")
     row = Row.of(queue.name, db, live)
-    pending: list[PendingEntry] = []
-    payloads: dict[str, str] = {}
-    preview: list[tuple[str, str]] = []
-    progress: list[TaskProgress] = []
     if live is not None:
-        pending = introspect.pending(queue, request_id, after=after or "-", count=50)
-        payloads, preview = _payloads(queue, request_id, [p.task_id for p in pending])
-        # Running tasks first, then those that finished (or wait to run again), newest first.
-        progress = sorted(introspect.progress(queue, request_id), key=lambda t: not t.running)
-    letters = list(
-        DeadLetter.objects.filter(queue=queue.name, request_id=request_id).order_by("-dead_at")[:20]
-    )
-    next_after = pending[-1].task_id if len(pending) == 50 else None
+        letters = [Letter.of_entry(d) for d in view.dead_letters]
+    else:  # the history's, those not requeued or deleted
+        letters = [Letter.of_row(d) for d in DeadLetter.still_dead(
+            queue.name, request_id=request_id).order_by("-dead_at")[:LETTERS_SHOWN]]
+    pending = view.pending if live is not None else []
+    next_after = pending[-1].task_id if len(pending) == PENDING_PAGE else None
     # A held follow-up waits on its parent: the page says which, and whether it failed.
-    parent = (introspect.request(queue, live.after)
+    parent = (read.request(queue, live.after)
               if live is not None and live.state == "held" and live.after else None)
-    results_at = _results_cursor(request)
     results = None
     if live is not None:
-        page_ = introspect.results(queue, request_id, cursor=results_at, count=RESULTS_PAGE)
         results = {"rows": [_result_row(queue.name, request_id, tid, text)
-                            for tid, text in page_.items],
-                   "total": page_.total, "next": page_.cursor, "first": results_at == 0}
+                            for tid, text in view.results.items],
+                   "total": view.results.total, "next": view.results.cursor,
+                   "first": results_at == 0}
     context = {
         "row": row, "info": live, "db": db, "parent": parent, "pending": pending,
-        "payloads": payloads,
-        "progress": progress,
-        "preview": preview, "letters": letters, "timeline": _timeline(queue, row, db),
+        "payloads": view.payloads,
+        "progress": view.progress if live is not None else [],
+        "preview": view.first if live is not None else [],
+        "letters": letters,
+        "letters_unlisted": max(0, row.dead - len(letters)) if live is not None else 0,
+        "timeline": timeline.build(kept, view.events, db, row.created),
         "next_after": next_after, "first_page": after is None, "results": results,
-        "lease_now_ms": queue.now_ms() if pending else 0,
+        "lease_now_ms": view.now_ms,
         # Leased to a worker (not parked): what release and claim can act on.
         "claimable": any(not p.consumer.startswith("~") for p in pending),
+        "actions": Actions.of(row, live, letters),
+        "trace": Trace.of(live, kept),
+        "summary": QueueSummary(queue.name, view.stats, view.now_ms, view.registered_workers,
+                                view.expired_leases, None),
     }
     return page(request, "core/request.html", queue, context, nav="requests",
                 live=not row.final)
+
+
+@dataclass(frozen=True)
+class Trace:
+    """The trace id of the producer's context kept with the request (issue 38), and its page
+    in the tracing UI when one is configured (settings.TRACING_UI_URL)."""
+
+    id: str
+    url: str
+
+    @classmethod
+    def of(cls, live: RequestInfo | None, kept: list[RequestEvent]) -> Trace | None:
+        tp = live.traceparent if live is not None else ""
+        if not tp:  # gone from Redis: its submitted event, as the history keeps it
+            for e in kept:
+                if e.kind == "submitted" and '"tp"' in e.detail:
+                    tp = str(json.loads(e.detail).get("tp", ""))
+                    break
+        trace_id = trace_id_of(tp)
+        if not trace_id:
+            return None
+        ui = settings.TRACING_UI_URL
+        return cls(trace_id, ui.replace("{trace_id}", trace_id) if ui else "")
+
+
+@dataclass(frozen=True)
+class Actions:
+    """Which of the request's actions apply now (the page offers only those): cancel while it
+    can still run tasks, requeue while it has dead letters and is not cancelled, delete while
+    it has dead letters."""
+
+    cancel: bool
+    requeue: bool
+    delete: bool
+
+    @property
+    def any(self) -> bool:
+        return self.cancel or self.requeue or self.delete
+
+    @classmethod
+    def of(cls, row: Row, live: RequestInfo | None, letters: list[Letter]) -> Actions:
+        if live is None:  # Redis no longer holds it: only its letters can still go
+            return cls(False, False, bool(letters))
+        return cls(cancel=live.state in CANCELLABLE,
+                   requeue=live.dead > 0 and live.state not in ("cancelling", "cancelled"),
+                   delete=live.dead > 0)
+
+
+@dataclass(frozen=True)
+class Letter:
+    """One dead letter of the request as its page lists it."""
+
+    entry_id: str
+    task_id: str
+    error: str
+    attempts: int
+    worker: str
+    at: int | dt.datetime
+
+    @classmethod
+    def of_entry(cls, d: EngineDeadLetter) -> Letter:
+        return cls(d.id, d.task_id, d.error, d.attempts, d.worker, d.ts_ms or sid(d.id)[0])
+
+    @classmethod
+    def of_row(cls, d: DeadLetter) -> Letter:
+        return cls(d.entry_id, d.task_id, d.error, d.attempts, d.worker, d.dead_at)
 
 
 def _results_cursor(request: HttpRequest) -> int:
@@ -237,7 +324,7 @@ def result_detail(
         validate_task_id(task_id)
     except InvalidInput as exc:
         raise Http404(f"{exc}.") from None
-    text = introspect.result_text(queue, request_id, task_id)
+    text = read.result_text(queue, request_id, task_id)
     if text is None:
         raise Http404(f"Task {task_id} of request {request_id} in queue {queue.name} has no "
                       "result: it returned none, has not finished, or the request's retention "
@@ -253,42 +340,3 @@ def result_detail(
     context = {"request_id": request_id, "task_id": task_id, "pretty": pretty,
                "size": len(text.encode())}
     return page(request, "core/result.html", queue, context, nav="requests", live=False)
-
-
-def _payloads(
-    queue: Queue, rid: str, task_ids: list[str]
-) -> tuple[dict[str, str], list[tuple[str, str]]]:
-    """The payloads of these tasks, and of the request's first tasks (one round trip)."""
-    return (introspect.task_payloads(queue, rid, task_ids),
-            introspect.first_payloads(queue, rid, PREVIEW_TASKS))
-
-
-@dataclass(frozen=True)
-class Event:
-    at: int | dt.datetime
-    kind: str
-    detail: str
-
-
-def _timeline(queue: Queue, row: Row, db: Request | None) -> list[Event]:
-    """What happened to the request: its events still in the queue's capped `events` stream
-    (read from its creation on, TIMELINE_SCAN entries at most), and what the database row
-    recorded (creation, completions) where the stream has lost them."""
-    created = row.created
-    created_ms = created if isinstance(created, int) else int(created.timestamp() * 1000)
-    rows = introspect.events_since(queue, created_ms - 1, count=TIMELINE_SCAN)
-    events = []
-    for eid, f in rows:
-        if f.get("request") != row.id:
-            continue
-        # Not the first tasks' ids and payload text that the search index takes from the event.
-        detail = ", ".join(f"{k} {v}" for k, v in f.items()
-                           if k not in ("type", "request", "ids", "text"))
-        events.append(Event(int(eid.split("-")[0]), f.get("type", "?"), detail))
-    kinds = {e.kind for e in events}
-    if "submitted" not in kinds:
-        events.insert(0, Event(row.created, "submitted", "(from the history)"))
-    if db is not None and db.finished_at and "completed" not in kinds:
-        events.append(Event(db.finished_at, "completed",
-                            f"state {db.state}, completions {db.completions} (from the history)"))
-    return events

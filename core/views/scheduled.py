@@ -9,7 +9,7 @@ from django.urls import reverse
 
 from core.console.paging import Paged, zset_cursor
 from core.console.queues import queue_from
-from core.queue import introspect
+from core.queue import read
 
 from .common import console_page, page
 
@@ -20,7 +20,7 @@ PAGE = 50
 def scheduled_list(request: HttpRequest) -> HttpResponse:
     queue = queue_from(request)
     after = zset_cursor(request)
-    got = introspect.scheduled(queue, after=after, limit=PAGE)
+    got = read.scheduled(queue, after=after, limit=PAGE)
     context = {
         "rows": got.items,
         "paged": Paged(got.items, str(got.cursor) if got.cursor else None, after is None),

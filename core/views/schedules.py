@@ -6,6 +6,7 @@ schedules, which checks the permission and audits it; delete asks for a confirma
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django.contrib import messages
@@ -15,6 +16,7 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
+from core.conf import DEFAULT_QUEUE
 from core.console import schedules as forms
 from core.console.queues import queue_from
 from core.ops import schedules as ops
@@ -28,6 +30,9 @@ from core.queue.schedule.store import Schedules
 from .common import PERMISSION, console_page, page, polled
 
 ACTIONS = ("run-now", "pause", "resume", "delete")
+OPS_ACTIONS = {"run-now": "schedule-run-now", "pause": "schedule-pause",
+               "resume": "schedule-resume", "delete": "schedule-remove"}
+_VERSION = re.compile(r"[0-9]{1,18}")
 CHANGE = "core.change_schedule"
 
 
@@ -72,20 +77,25 @@ def schedule_preview(request: HttpRequest) -> HttpResponse:
 
 @require_POST
 def schedule_save(request: HttpRequest) -> HttpResponse:
+    actor = as_actor(request.user)
+    original = request.POST.get("original", "")
+    try:  # refused (and audited) before the form is read
+        ops.require(actor, "schedule-edit" if original else "schedule-add",
+                    request.GET.get("queue") or DEFAULT_QUEUE,
+                    original or request.POST.get("name", ""))
+    except Refused as exc:
+        raise PermissionDenied(str(exc)) from exc
     if not request.user.has_perm(PERMISSION):
         raise PermissionDenied
     queue = queue_from(request)
     form = {f: request.POST.get(f, "").strip() for f in forms.FIELDS}
-    original = request.POST.get("original", "")
-    version = request.POST.get("version", "")
-    actor = as_actor(request.user)
     try:
         schedule = forms.from_form(form, queue.name)
         if original and original != schedule.name:
             raise InvalidSchedule("a schedule cannot be renamed: create a new one and delete "
                                   f"{original}")
         change = ops.save(actor, schedule, mode="replace" if original else "create",
-                          expect_version=int(version) if version.isdigit() else None)
+                          expect_version=_version(request.POST.get("version", "")))
     except Refused as exc:
         raise PermissionDenied(str(exc)) from exc
     except (InvalidSchedule, BadInput, StaleState) as exc:
@@ -98,11 +108,28 @@ def schedule_save(request: HttpRequest) -> HttpResponse:
     return HttpResponseRedirect(f"{reverse('core:schedules')}?queue={queue.name}")
 
 
+def _version(text: str) -> int | None:
+    """The version the edit form was opened at (None: a new schedule); BadInput for anything
+    but digits (`²` is a digit to str.isdigit(), not to int())."""
+    text = text.strip()
+    if not text:
+        return None
+    if not _VERSION.fullmatch(text):
+        raise BadInput(f"version {text[:20]!r} is not the whole number the edit form sends: "
+                       "open the schedule's edit page again")
+    return int(text)
+
+
 def schedule_act(request: HttpRequest, queue_name: str, name: str, action: str) -> HttpResponse:
     """POST: run-now, pause, resume, delete (delete: the first POST, without `confirm`, shows
     what it would delete). A GET shows the confirmation page of delete only."""
     if action not in ACTIONS:
         raise Http404(f"No schedule action {action!r}.")
+    if request.method == "POST":  # refused (and audited) before anything is looked up
+        try:
+            ops.require(as_actor(request.user), OPS_ACTIONS[action], queue_name, name)
+        except Refused as exc:
+            raise PermissionDenied(str(exc)) from exc
     if not request.user.has_perm(PERMISSION):
         raise PermissionDenied
     if request.method not in ("POST", "GET", "HEAD") or \

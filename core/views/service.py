@@ -14,8 +14,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from core.conf import redis_client
 from core.console.metrics import HandlerCollector, QueueCollector
-from core.queue.client import translated
-from core.queue.errors import QueueError
+from core.queue import QueueError, read
 
 
 @login_not_required
@@ -25,8 +24,7 @@ def healthz(request: HttpRequest) -> JsonResponse:
     """Whether Redis and the database answer: 200, or 503 naming what does not."""
     checks = {"redis": "ok", "database": "ok"}
     try:
-        with translated("healthz"):
-            redis_client().ping()
+        read.ping(redis_client())
     except QueueError as exc:
         checks["redis"] = f"error: {type(exc).__name__}"
     try:

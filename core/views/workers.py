@@ -1,6 +1,7 @@
 """Workers: each registered worker, judged against its own --dead-after: alive (beat within
 half of it; workers beat every fifth), stale (late, not yet dead), gone (past it: its leases
-are up for reaping; or its registry entry expired)."""
+are up for reaping; or its registry entry expired); and under them the workers an operator
+stopped, which have exited: stopped, by whom and when, until their stack restarts."""
 
 from __future__ import annotations
 
@@ -13,12 +14,14 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 
 from core.conf import get_queue
+from core.console.aggregates import LIVE_WORKER_MS, QueueSummary
 from core.console.paging import Paged, zset_cursor
 from core.console.queues import queue_from, queue_names
-from core.queue import introspect
+from core.queue import read
 from core.queue.errors import InvalidInput
 from core.queue.keys import validate_id, validate_task_id
 from core.queue.models import TaskProgress, WorkerInfo
+from core.queue.read import StoppedWorker
 
 from .common import console_page, page
 
@@ -26,6 +29,7 @@ DEFAULT_DEAD_AFTER_MS = 10_000  # runworker's default --dead-after
 
 
 SHOWN_CHARS = 200  # of a heartbeat's odd text, on the page
+STOPPED_SHOWN = 50  # workers an operator stopped, listed under the registry's first page
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,8 @@ class Worker:
     util_pct: float | None = None  # busy slot time over the last minute, % of its slots
     held_here: int = 0  # its tasks of the page's queue: what "release its tasks" acts on
     unreadable: str = ""  # its heartbeat's entry, when that is not a JSON object
+    stopped_ms: int | None = None  # an operator stopped it, and it exited then
+    stopped_by: str = ""
 
     @classmethod
     def of(cls, w: WorkerInfo, now_ms: int) -> Worker:
@@ -117,10 +123,22 @@ class Worker:
             util_pct=_pct(info.get("util")),
         )
 
+    @classmethod
+    def stopped(cls, s: StoppedWorker, now_ms: int) -> Worker:
+        """A worker an operator stopped, since exited: as its last heartbeat said, with who
+        stopped it and when."""
+        w = cls.of(WorkerInfo(s.name, s.stopped_ms, s.info, control="stop"), now_ms)
+        # What it last said of its load is not its load: it runs no more.
+        return replace(w, state="stopped", stopping=False, quiet=False, control="", tasks=[],
+                       running=None, rss_bytes=None, cpu_pct=None, util_pct=None,
+                       stopped_ms=s.stopped_ms, stopped_by=_text(s.by) or "an operator")
+
     @property
     def controllable(self) -> bool:
-        """Whether the control buttons apply: it beats (not gone) and is not stopping."""
-        return self.state != "gone" and not self.stopping and self.control != "stop"
+        """Whether the control buttons apply: it beats (not gone or stopped) and is not
+        stopping."""
+        return (self.state not in ("gone", "stopped") and not self.stopping
+                and self.control != "stop")
 
     @property
     def quieted(self) -> bool:
@@ -129,7 +147,10 @@ class Worker:
 
     @property
     def rss_text(self) -> str:
-        return "—" if self.rss_bytes is None else f"{self.rss_bytes / 2**20:,.0f} MiB"
+        if self.rss_bytes is None:
+            return "—"
+        mib = self.rss_bytes / 2**20
+        return f"{mib / 1024:.1f} GiB" if mib >= 1000 else f"{mib:,.0f} MiB"
 
 
 def dead_after_of(info: Any) -> int:
@@ -165,16 +186,23 @@ def _text(value: Any) -> str:
 def worker_list(request: HttpRequest) -> HttpResponse:
     queue = queue_from(request)
     after = zset_cursor(request)
-    got = introspect.workers(queue, after=after, limit=50)
-    now = queue.now_ms()
+    # The page and the queue's strip over it: one read (read.WorkersView).
+    view = read.workers_view(queue, after=after, limit=50, stopped=STOPPED_SHOWN,
+                             worker_timeout_ms=LIVE_WORKER_MS)
+    now = view.now_ms
+    got = view.workers
     workers = [Worker.of(w, now) for w in got.items]
     workers = [replace(w, held_here=sum(1 for t in w.tasks if t.queue == queue.name and t.held))
                for w in workers]
     workers = _with_progress(workers)
+    stopped = [Worker.stopped(s, now) for s in view.stopped]
     context = {
-        "workers": workers,
+        "workers": workers + stopped,
         "paged": Paged(workers, str(got.cursor) if got.cursor else None, after is None),
-        "counts": {s: sum(1 for w in workers if w.state == s) for s in ("alive", "stale", "gone")},
+        "counts": {s: sum(1 for w in workers + stopped if w.state == s)
+                   for s in ("alive", "stale", "gone", "stopped")},
+        "summary": QueueSummary(queue.name, view.stats, now, view.registered_workers,
+                                view.expired_leases, None),
     }
     return page(request, "core/workers.html", queue, context, nav="workers")
 
@@ -191,6 +219,6 @@ def _with_progress(workers: list[Worker]) -> list[Worker]:
     if not wanted:
         return workers
     found = {(name, *key): p for name, pairs in wanted.items()
-             for key, p in introspect.task_progress(get_queue(name), pairs).items()}
+             for key, p in read.task_progress(get_queue(name), pairs).items()}
     return [replace(w, tasks=[replace(t, progress=found.get((t.queue, t.request_id, t.task_id)))
                               for t in w.tasks]) for w in workers]

@@ -3,12 +3,14 @@
 Django-free like the engine; `manage.py runworker` only parses options and calls run_worker().
 """
 
-from .context import Cancelled, Permanent, TaskContext, Unavailable
+from .config import WorkerConfig
+from .context import Cancelled, Interrupted, Permanent, TaskContext, Unavailable
 from .registry import Registry, default_registry, handler
-from .runtime import Worker, WorkerConfig
+from .runtime import Worker
 
 __all__ = [
     "Cancelled",
+    "Interrupted",
     "Permanent",
     "Registry",
     "TaskContext",

@@ -42,6 +42,14 @@ class Unavailable(WorkerError):
     work until the handler's readiness check (Registry.register's `ready`) passes again."""
 
 
+class Interrupted(WorkerError):
+    """Raised by TaskContext.check() once the worker is stopping and its grace period is over
+    (or a second signal came): the handler is to return now. The worker gives the task back
+    (not counted as an attempt) only after the handler has returned, so the task never runs
+    in two places at once; a handler that ignores check() ends with its process instead, and
+    its lease expires or is reaped."""
+
+
 class TimeLimitExceeded(WorkerError):
     """Raised by TaskContext.check() once the task has run past its hard time limit. The task
     has already been failed (retried or dead-lettered) by the heartbeat."""
@@ -56,8 +64,9 @@ class TaskContext:
     """One running (or prefetched) task. The heartbeat sets `cancelled`, `lost`, `timed_out`
     and `valid_until`; the slot sets `deadline` and `time_limit` when the task starts."""
 
-    __slots__ = ("_reporter", "cancelled", "deadline", "finished", "lease", "lost", "queue",
-                 "time_limit", "timed_out", "valid_until", "worker")
+    __slots__ = ("_reporter", "cancelled", "deadline", "finished", "given_back", "interrupted",
+                 "lease", "lost", "queue", "started", "time_limit", "timed_out", "valid_until",
+                 "worker")
 
     def __init__(self, lease: Lease, queue: Queue, worker: str, valid_until: float = 0.0) -> None:
         self.lease = lease
@@ -67,6 +76,11 @@ class TaskContext:
         self.lost = False  # the lease is no longer ours: an ack would be refused
         self.timed_out = False  # past the hard time limit: already failed by the heartbeat
         self.finished = False  # the handler returned; its ack is on its way
+        # Set by the worker under its start lock (Worker._begin): a task is started by its
+        # slot or given back unstarted by whoever decides first, never both.
+        self.started = False
+        self.given_back = False
+        self.interrupted = False  # the worker's grace is over: stop at the next checkpoint
         # Monotonic time until which the lease is certainly held: the time the request that
         # leased (or last renewed) it was sent, plus the lease length.
         self.valid_until = valid_until
@@ -114,11 +128,21 @@ class TaskContext:
         self.renewed(sent, self.lease.lease_ms)
         return True
 
+    @property
+    def stopping(self) -> bool:
+        """Whether this run is to stop at its next checkpoint (cancelled, lease lost, or the
+        worker's grace over): what a handler that waits on something else polls."""
+        return self.cancelled or self.lost or self.interrupted
+
     def check(self) -> None:
         """A checkpoint for long handlers: raises Cancelled if the request was cancelled,
-        LeaseGone if the lease was taken away, TimeLimitExceeded past the time limit."""
+        LeaseGone if the lease was taken away, TimeLimitExceeded past the time limit,
+        Interrupted once the stopping worker's grace is over."""
         if self.cancelled:
             raise Cancelled(f"request {self.request_id} was cancelled")
+        if self.interrupted:
+            raise Interrupted(f"worker {self.worker} is stopping: task {self.task_id} of "
+                              f"request {self.request_id} goes back to waiting")
         if self.timed_out or (self.deadline is not None and time.monotonic() > self.deadline):
             raise TimeLimitExceeded(f"task {self.task_id} ran past its time limit")
         if not self.confirm():

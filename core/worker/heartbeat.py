@@ -16,6 +16,7 @@ from typing import Any
 
 from core.queue import Queue, RedisReplyError, RedisUnavailable, registry
 from core.queue.prune import prune_workers
+from core.queue.reaper import lock_ms_for, reap_queue
 
 from .beat import ProcessBeater, ThreadBeater
 from .context import TaskContext
@@ -161,19 +162,10 @@ class Heartbeat(threading.Thread):
 
     def reap(self) -> None:
         """Recover expired leases; a lock per queue lets one worker do it at a time."""
-        # A little shorter than the interval, so the worker that reaped last time does not
-        # find its own lock still there and skip a round.
-        lock_ms = max(100, int(self.reap_interval * 900))
+        lock_ms = lock_ms_for(self.reap_interval)
         for q in self.queues:
-            if not q.try_reaper_lock(self.worker, lock_ms):
+            if reap_queue(q, self.worker, lock_ms) is None:
                 continue
-            while True:
-                reaped = q.reap(limit=500)
-                for r in reaped:
-                    log.warning("recovered task queue=%s request=%s task=%s from worker=%s -> %s",
-                                q.name, r.request_id, r.task_id, r.worker, r.outcome)
-                if len(reaped) < 500:
-                    break
             now = time.monotonic()
             if now >= self._next_prune.get(q.name, 0.0):  # the registry forgets the long gone
                 self._next_prune[q.name] = now + PRUNE_EVERY_S

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Iterable
 
+from core import tracing
 from core.queue import Queue, RedisUnavailable, handlers
 from core.queue.keys import validate_id
 
+from .config import WorkerConfig
 from .registry import Registry, default_registry
-from .runtime import Worker, WorkerConfig
+from .runtime import Worker
 
 log = logging.getLogger("queueadmin.worker")
 
@@ -21,9 +24,16 @@ def run_worker(
     *,
     handler_modules: Iterable[str] = (),
     registry: Registry | None = None,
+    exit_process: bool = False,
 ) -> int:
-    """Build the queues, import handler modules, check Redis answers, run; returns 0."""
+    """Build the queues, import handler modules, check Redis answers, run; returns 0.
+
+    With `exit_process` (the runworker command), a stop that leaves handlers running (they
+    ignored ctx.check() past the grace) ends the process at once, handlers and all, rather
+    than waiting at the interpreter's exit for threads they may have started: their leases
+    are no longer renewed, so their tasks run again elsewhere only after this run is gone."""
     registry = registry or default_registry
+    tracing.setup_from_env()  # OpenTelemetry, if the OTEL_* settings ask for it (issue 38)
     registry.load(["core.worker.builtins", *handler_modules])
     names = list(dict.fromkeys(validate_id(n, "queue name") for n in queue_names))
     queues = [make_queue(n) for n in names]
@@ -35,5 +45,11 @@ def run_worker(
             # an outage after start is retried (see Outage).
             raise RedisUnavailable(f"cannot reach Redis for queue {q.name!r}: {exc}") from exc
     for q in queues:  # so producers can tell a handler that runs here from a typo
-        handlers.announce(q, config.name, registry.names())
-    return Worker(queues, config, registry).run()
+        # For as long as a heartbeat vouches for this process: each beat renews it.
+        handlers.announce(q, config.name, registry.names(), live_ms=config.lease_ms)
+    worker = Worker(queues, config, registry)
+    code = worker.run()
+    if exit_process and worker.abandoned:
+        logging.shutdown()  # flush the log before the threads are cut off
+        os._exit(code)
+    return code

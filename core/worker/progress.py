@@ -9,17 +9,29 @@ import collections
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from core.queue import RedisReplyError, RedisUnavailable
+from core.queue import Lease, Queue, RedisReplyError, RedisUnavailable
 from core.queue.consume import LOG_LINES, progress_number
-
-if TYPE_CHECKING:
-    from .context import TaskContext
 
 log = logging.getLogger("queueadmin.worker")
 
 PROGRESS_INTERVAL_S = 0.5  # at most one write per task this often
+
+
+class ReportingTask(Protocol):
+    """What a Reporter reads of its task (context.TaskContext is one): named here, so that
+    the context can make its reporter without the two modules importing each other."""
+
+    lost: bool
+    queue: Queue
+    lease: Lease
+    worker: str
+
+    @property
+    def request_id(self) -> str: ...
+    @property
+    def task_id(self) -> str: ...
 
 
 class Reporter:
@@ -29,7 +41,7 @@ class Reporter:
 
     __slots__ = ("_last", "_lines", "_lock", "_progress", "_refused", "ctx", "interval")
 
-    def __init__(self, ctx: TaskContext, interval: float = PROGRESS_INTERVAL_S) -> None:
+    def __init__(self, ctx: ReportingTask, interval: float = PROGRESS_INTERVAL_S) -> None:
         self.ctx = ctx
         self.interval = interval
         self._lock = threading.Lock()

@@ -15,76 +15,39 @@ import os
 import signal
 import threading
 import time
-import traceback
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-from core.queue import InvalidResult, Lease, LeaseLost, Queue, RedisReplyError, RedisUnavailable
+from core import tracing
+from core.queue import Lease, Queue, RedisUnavailable
 from core.queue.client import wait_for_any
-from core.queue.introspect import drained
-from core.queue.keys import validate_id
+from core.queue.consume import runs_text
 from core.queue.metrics import Tally
-from core.queue.models import FailOutcome
+from core.queue.read import drained
 from core.queue.results import lease_of
 
 from .acks import PendingAcks
-from .context import Cancelled, LeaseGone, TaskContext, TimeLimitExceeded, Unavailable
-from .heartbeat import Heartbeat, default_name
+from .config import (
+    ACK_FLUSH_S,
+    FAST_BATCH_S,
+    PASSING,
+    READY_POLL_S,
+    SLOW_TASK_S,
+    STARTUP_GRACE_S,
+    WorkerConfig,
+)
+from .context import TaskContext
+from .heartbeat import Heartbeat
 from .held import Held
 from .outage import Outage
 from .registry import Registry, default_registry
+from .running import TaskRuns
+from .shutdown import Shutdown
 from .stats import Usage
 
 log = logging.getLogger("queueadmin.worker")
 
-FAST_BATCH_S = 0.002  # a batch this quick per task may grow
-SLOW_TASK_S = 0.05  # a task this slow sends the batch back to one
-# Redis unreachable or answering with an error for now: log once, back off, carry on.
-PASSING = (RedisUnavailable, RedisReplyError)
-ACK_FLUSH_S = 0.02  # a finished task's ack waits at most this long for the rest of its batch
-READY_POLL_S = 0.5  # how often a waiting worker asks its handlers' readiness checks again
-STARTUP_GRACE_S = 60.0  # waiting this long at start for a service is worth a warning
 
-
-@dataclass
-class WorkerConfig:
-    """How one worker process runs. Times are seconds."""
-
-    name: str = field(default_factory=default_name)
-    slots: int = 1
-    prefetch: int = 64
-    dead_after: float = 10.0
-    grace: float = 30.0
-    burst: bool = False
-    max_tasks: int | None = None
-    idle_wait: float = 1.0
-    time_limit: float | None = None  # hard limit per task run (s); a handler's own wins
-    heartbeat: str = "process"  # "process": renewals survive a handler holding the GIL
-
-    def __post_init__(self) -> None:
-        validate_id(self.name, "worker name")
-        if self.slots < 1:
-            raise ValueError("slots must be at least 1")
-        if not 1 <= self.prefetch <= 1000:
-            raise ValueError("prefetch must be between 1 and 1000")
-        if not 0.5 <= self.dead_after <= 3600:
-            raise ValueError("dead_after must be between 0.5 and 3600 seconds")
-        if self.grace < 0:
-            raise ValueError("grace must not be negative")
-        if self.max_tasks is not None and self.max_tasks < 1:
-            raise ValueError("max_tasks must be at least 1")
-        if self.time_limit is not None and not self.time_limit > 0:
-            raise ValueError("time_limit must be a positive number of seconds")
-        if self.heartbeat not in ("process", "thread"):
-            raise ValueError("heartbeat must be 'process' or 'thread'")
-
-    @property
-    def lease_ms(self) -> int:
-        return int(self.dead_after * 1000)
-
-
-class Worker:
+class Worker(TaskRuns, Shutdown):
     """Runs tasks from `queues` until stopped (signal, --burst drained, or --max-tasks)."""
 
     def __init__(
@@ -97,13 +60,16 @@ class Worker:
         self.config = config or WorkerConfig()
         self.name = self.config.name
         self.registry = registry or default_registry
+        # A slot leases only tasks whose handler this worker runs (decided in Redis).
+        self._runs = runs_text(self.registry.names())
         self.held = Held()
         # Idle slots may be handed tasks directly by producers (one round trip less per task
         # for an idle worker). Off with --max-tasks, whose budget a handoff would bypass.
         self._handoff = self.config.max_tasks is None
         self.outage = Outage()
+        self.spans = tracing.task_spans(self.name)  # None unless tracing is on (issue 38)
         self.stopping = threading.Event()  # take no new work; finish what runs
-        self.hard_stop = threading.Event()  # release everything now
+        self.hard_stop = threading.Event()  # grace over: running handlers stop at their check
         # An operator's quiet (console, `manage.py worker quiet`): take no new work, finish
         # what runs, until resumed. Slots wait on `_active`, which is set unless quiet.
         self.quiet = threading.Event()
@@ -115,6 +81,11 @@ class Worker:
         self.failed = 0
         self._inflight = 0  # leased or reserved by a slot, not yet finished (for --max-tasks)
         self._count_lock = threading.Lock()
+        # A leased task is started by its slot or given back unstarted by the main thread's
+        # stop, whichever decides first under this lock (_begin, _give_back), never both.
+        self._start_lock = threading.Lock()
+        self._busy = 0  # slots inside _run_batch (under _count_lock)
+        self.abandoned = 0  # handlers still running when run() returned (see STOP_WAIT_S)
         self._started = time.time()
         self._signals = 0
         self._grace_deadline: float | None = None
@@ -173,25 +144,39 @@ class Worker:
             if self.hard_stop.is_set():
                 break
             if self._grace_deadline is not None and time.monotonic() > self._grace_deadline:
-                log.warning("grace period over worker=%s: releasing running tasks", self.name)
+                log.warning("grace period over worker=%s: telling running tasks to stop",
+                            self.name)
                 self.hard_stop.set()
                 break
             for t in slots:
                 t.join(0.1)
+        if self.hard_stop.is_set():
+            self._interrupt()
         self._flusher_done.set()
         self._flusher.join(5)
         self._leave_idle()
         if self.hard_stop.is_set():
             self._release_all()
         self._send_tallies(force=True)
+        with self._count_lock:
+            self.abandoned = self._busy
+        # From here no lease of this process is renewed: an abandoned handler's expires.
         self.heartbeat.stop()
         self._unregister()
+        if self.abandoned:
+            log.warning("worker stopped worker=%s with %d handlers still running (they ignore "
+                        "ctx.check()): they end with this process; their tasks run again once "
+                        "their leases expire (%.1fs) or are reclaimed", self.name,
+                        self.abandoned, self.config.dead_after)
+        if self.spans is not None:
+            tracing.flush()  # the runs' spans exported before the process may end
         log.info("worker stopped worker=%s processed=%d failed=%d", self.name, self.processed,
                  self.failed)
         return 0
 
     def stop(self, *, hard: bool = False) -> None:
-        """Stop taking work; with hard=True, also release running tasks at once."""
+        """Stop taking work; with hard=True, also tell running handlers to stop now (at their
+        next ctx.check(); their tasks go back once they have returned)."""
         if not self.stopping.is_set():
             self.stopping.set()
             self._grace_deadline = time.monotonic() + self.config.grace
@@ -225,34 +210,11 @@ class Worker:
         name = signal.Signals(signum).name
         if self._signals == 1:
             log.info("%s: stopping worker=%s (finishing running tasks, up to %.0fs; "
-                     "send again to release them now)", name, self.name, self.config.grace)
+                     "send again to stop them now)", name, self.name, self.config.grace)
             self.stop()
         else:
-            log.info("%s again: releasing running tasks worker=%s", name, self.name)
+            log.info("%s again: telling running tasks to stop now worker=%s", name, self.name)
             self.stop(hard=True)
-
-    def _release_all(self) -> None:
-        for q in self.queues:
-            taken = [pending.take(q.name) for pending in self._acks]
-            finished = [t for a in taken for t in a.tokens]
-            if finished:
-                # If Redis is down, their leases expire and they run again: at-least-once.
-                with contextlib.suppress(RedisUnavailable):
-                    accepted = q.ack_many(finished,
-                                           durations=[d for a in taken for d in a.durations])
-                    self._settle(q, finished, accepted)
-            ctxs = self.held.snapshot().get(q.name, [])
-            if not ctxs:
-                continue
-            tokens = [c.lease.lease for c in ctxs]
-            try:
-                results = q.release(tokens)
-            except RedisUnavailable as exc:
-                log.error("could not release %d tasks queue=%s worker=%s (%s): they return to "
-                          "waiting when their leases expire", len(tokens), q.name, self.name, exc)
-                continue
-            self.held.discard(q.name, tokens)
-            log.info("released %d tasks queue=%s worker=%s", results.count(1), q.name, self.name)
 
     def _unregister(self) -> None:
         for q in self.queues:
@@ -307,40 +269,11 @@ class Worker:
         quiet_seen = False
         while not self.hard_stop.is_set():
             want = 0 if self.stopping.is_set() or self.quiet.is_set() else self._reserve(batch)
-            got: list[Lease] = []
-            queue: Queue | None = None
-            next_due = -1
-            sent = 0.0
-            failed = False
-            for q in self.queues:
-                pending = acks.take(q.name)
-                if not want and not pending.tokens:
-                    continue
-                sent = time.monotonic()
-                try:
-                    accepted, got, due = q.ack_and_dequeue(
-                        self.name, want, pending.tokens, lease_ms=self.config.lease_ms,
-                        idle_handoff=self._handoff and want > 0, durations=pending.durations,
-                        tally=self._tallies[q.name], handlers=pending.handlers,
-                    )
-                except PASSING as exc:
-                    # Unreachable, or an error reply (BUSY, LOADING, OOM...): log once, back
-                    # off, carry on. The heartbeat keeps the leases, the acks stay pending.
-                    acks.put_back(q.name, pending)
-                    self._unreserve(want)
-                    time.sleep(self.outage.failed(f"slot {slot}", exc))
-                    failed = True
-                    break
-                self.outage.recovered(f"slot {slot}")
-                self._settle(q, pending.tokens, accepted)
-                if due >= 0:
-                    next_due = due if next_due < 0 else min(next_due, due)
-                if got:
-                    self._unreserve(want - len(got))
-                    queue = q
-                    break
-                # Nothing here: ask the next queue for the same number.
-            else:
+            asked = self._ask(slot, acks, want)
+            if asked is None:
+                continue  # Redis error: retry after the backoff
+            queue, got, sent, next_due = asked
+            if queue is None:
                 self._unreserve(want)
                 if self.stopping.is_set():
                     return
@@ -360,19 +293,61 @@ class Worker:
                     continue
                 queue, got = handed
                 self._unreserve(-len(got))  # in flight like any leased task
-            if failed or queue is None:
-                continue  # Redis error: retry after the backoff
-            started = time.perf_counter()
-            self.usage.busy(slot)
-            try:
-                self._run_batch(queue, got, acks, sent)
-            finally:
-                self.usage.idle(slot)
-            per_task = (time.perf_counter() - started) / len(got)
+            per_task = self._timed_batch(slot, queue, got, acks, sent)
             if per_task < FAST_BATCH_S:
                 batch = min(batch * 2, self.config.prefetch)
             elif per_task > SLOW_TASK_S:
                 batch = 1
+
+    def _ask(self, slot: int, acks: PendingAcks, want: int,
+             ) -> tuple[Queue | None, list[Lease], float, int] | None:
+        """Ack what the slot finished and lease up to `want` tasks, queue by queue until one
+        has some: (that queue or None, its leases, when the call was sent, ms until the next
+        delayed task is due or -1). None when Redis failed (after the outage's backoff)."""
+        next_due = -1
+        for q in self.queues:
+            pending = acks.take(q.name)
+            if not want and not pending.tokens:
+                continue
+            sent = time.monotonic()
+            try:
+                accepted, got, due = q.ack_and_dequeue(
+                    self.name, want, pending.tokens, lease_ms=self.config.lease_ms,
+                    idle_handoff=self._handoff and want > 0, durations=pending.durations,
+                    tally=self._tallies[q.name], handlers=pending.handlers,
+                    runs=self._runs,
+                )
+            except PASSING as exc:
+                # Unreachable, or an error reply (BUSY, LOADING, OOM...): log once, back
+                # off, carry on. The heartbeat keeps the leases, the acks stay pending.
+                acks.put_back(q.name, pending)
+                self._unreserve(want)
+                time.sleep(self.outage.failed(f"slot {slot}", exc))
+                return None
+            self.outage.recovered(f"slot {slot}")
+            self._settle(q, pending.tokens, accepted)
+            if due >= 0:
+                next_due = due if next_due < 0 else min(next_due, due)
+            if got:
+                self._unreserve(want - len(got))
+                return q, got, sent, next_due
+            # Nothing here: ask the next queue for the same number.
+        return None, [], 0.0, next_due
+
+    def _timed_batch(self, slot: int, queue: Queue, got: list[Lease], acks: PendingAcks,
+                     sent: float) -> float:
+        """Run a leased batch in the slot; returns the time per task (s)."""
+        started = time.perf_counter()
+        self.usage.busy(slot)
+        with self._count_lock:
+            self._busy += 1
+        try:
+            self._run_batch(queue, got, acks, sent)
+        finally:
+            with self._count_lock:
+                self._busy -= 1
+            self.usage.idle(slot)
+        return (time.perf_counter() - started) / len(got)
 
     def _reserve(self, batch: int) -> int:
         """How many tasks this slot may lease now; with --max-tasks, reserved under the lock so
@@ -434,7 +409,7 @@ class Worker:
             return
         for q in self.queues:
             try:
-                leftover = q.leave_idle(self.name, self.config.lease_ms)
+                leftover = q.leave_idle(self.name, self.config.lease_ms, self._runs)
                 if leftover:
                     q.release(leftover)
             except RedisUnavailable:
@@ -442,7 +417,7 @@ class Worker:
 
     def _drained(self) -> bool:
         try:
-            return all(drained(q) for q in self.queues)
+            return all(drained(q, self.registry.names()) for q in self.queues)
         except PASSING:
             return False
 
@@ -453,45 +428,17 @@ class Worker:
         self.held.add(q.name, ctxs)
         self.heartbeat.beater.hold(q.name, ctxs)  # renewed from now on, whatever the handler does
         for i, ctx in enumerate(ctxs):
-            if self.stopping.is_set() or self.quiet.is_set():
-                # Prefetched tasks not started yet go back at once, not counted as attempts.
-                self._finish(q, ctxs[i:], q.release)
-                return
             if ctx.cancelled:
-                self._finish(q, [ctx], q.release)
+                self._give_back(q, [ctx])
                 continue
+            if not self._begin(ctx):
+                # Stopping or quiet: prefetched tasks not started yet go back at once, not
+                # counted as attempts.
+                self._give_back(q, ctxs[i:])
+                return
             if not self._still_held(q, ctx):
                 continue
             self._run_one(q, ctx, acks)
-
-    def _still_held(self, q: Queue, ctx: TaskContext) -> bool:
-        """Never start a run on a lease that may be gone (e.g. the worker was paused past it):
-        confirmed with Redis unless known to be held."""
-        try:
-            held = bool(self._retrying(ctx.confirm))
-        except PASSING:
-            held = False
-        if not held:
-            log.warning("lease lost before the task started queue=%s request=%s task=%s "
-                        "worker=%s: not running it (it runs elsewhere)",
-                        q.name, ctx.request_id, ctx.task_id, self.name)
-            self._stopped(q, ctx)
-        return held
-
-    def _stopped(self, q: Queue, ctx: TaskContext) -> None:
-        """A run whose lease was taken away is over (or never started): say so. An operator's
-        release or claim of a task keeps it from running elsewhere while the old run may go
-        on; this lets it move on now rather than when the old lease would have expired."""
-        self.held.discard(q.name, [ctx.lease.lease])
-        self._done(ran=False)
-        if not ctx.lost:
-            return  # not known lost (Redis did not answer): the reaper's once it expires
-        try:
-            q.release([ctx.lease.lease])  # refused (-1): the lease is not ours; ends the wait
-        except PASSING as exc:
-            log.warning("could not tell Redis that the run stopped queue=%s request=%s task=%s "
-                        "worker=%s (%s): the task moves on when the lease expires",
-                        q.name, ctx.request_id, ctx.task_id, self.name, exc)
 
     def _send_tallies(self, *, force: bool = False) -> None:
         """Send the metrics tallied for a second (all of them with `force`) that no slot's
@@ -518,106 +465,3 @@ class Worker:
                         pending.put_back(name, taken)  # the slot retries with its next call
                         continue
                     self._settle(queues[name], taken.tokens, accepted)
-
-    def _run_one(self, q: Queue, ctx: TaskContext, acks: PendingAcks) -> None:
-        lease = ctx.lease
-        fn = self.registry.get(lease.handler)
-        if fn is None:
-            self._fail(q, ctx, f"no handler named {lease.handler!r} is registered in worker "
-                       f"{self.name} (known: {', '.join(self.registry.names())})", "", retry=False)
-            return
-        limit = self.registry.time_limit(lease.handler) or self.config.time_limit
-        if limit:
-            ctx.deadline, ctx.time_limit = time.monotonic() + limit, limit
-            self.heartbeat.beater.started(q.name, ctx, limit)
-        started = time.perf_counter()  # the run's time goes to the handler's metrics
-        try:
-            try:
-                value = fn(lease.payload, ctx)
-            finally:
-                ctx.flush_progress()  # the last report, before the ack or fail ends the lease
-        except Cancelled:
-            log.info("task stopped: request cancelled queue=%s request=%s task=%s worker=%s",
-                     q.name, ctx.request_id, ctx.task_id, self.name)
-            self._finish(q, [ctx], q.release)
-        except Unavailable as exc:
-            log.warning("task given back: %s queue=%s request=%s task=%s worker=%s", exc,
-                        q.name, ctx.request_id, ctx.task_id, self.name)
-            self._finish(q, [ctx], q.release)
-            self._wait_ready([lease.handler])
-        except LeaseGone:
-            log.warning("task stopped: lease lost queue=%s request=%s task=%s worker=%s",
-                        q.name, ctx.request_id, ctx.task_id, self.name)
-            self._stopped(q, ctx)
-        except TimeLimitExceeded as exc:
-            if ctx.timed_out:  # already failed by the heartbeat
-                self.held.discard(q.name, [lease.lease])
-                self._done(failed=True)
-            else:
-                self._fail(q, ctx, f"TimeLimitExceeded: {exc} ({limit:g}s)", "", retry=True,
-                           duration=time.perf_counter() - started)
-        except Exception as exc:
-            # A failure the handler marks permanent (core.worker.Permanent) is not retried.
-            self._fail(q, ctx, f"{type(exc).__name__}: {exc}", traceback.format_exc(),
-                       retry=not getattr(exc, "permanent", False),
-                       duration=time.perf_counter() - started)
-        else:
-            try:
-                # Kept with the ack that finishes the task; checked now, so a result that
-                # cannot be kept fails the task (for good: a rerun would return the same).
-                ack = q.ack_entry(lease, value)
-            except InvalidResult as exc:
-                self._fail(q, ctx, f"{type(exc).__name__}: {exc}", "", retry=False,
-                           duration=time.perf_counter() - started)
-                return
-            ctx.finished = True
-            acks.add(q.name, ack, time.perf_counter() - started, lease.handler)
-            self._done()
-
-    def _fail(self, q: Queue, ctx: TaskContext, error: str, tb: str, *, retry: bool,
-              duration: float | None = None) -> None:
-        try:
-            out: FailOutcome | None = self._retrying(
-                lambda: q.fail(ctx.lease, error, tb, worker=self.name, retry=retry,
-                               duration=duration)
-            )
-        except LeaseLost:
-            out = None
-        except PASSING:
-            return  # hard stop during an outage: the lease expires and the task runs again
-        finally:
-            self._done(failed=True)
-        self.held.discard(q.name, [ctx.lease.lease])
-        if out is None:
-            log.warning("task failed but its lease was lost queue=%s request=%s task=%s "
-                        "worker=%s: %s", q.name, ctx.request_id, ctx.task_id, self.name, error)
-        else:
-            log.warning("task failed queue=%s request=%s task=%s attempt=%d worker=%s -> %s%s: %s",
-                        q.name, ctx.request_id, ctx.task_id, out.attempts, self.name, out.outcome,
-                        f" in {out.delay_ms}ms" if out.outcome == "delayed" else "", error)
-
-    def _finish(self, q: Queue, ctxs: list[TaskContext], op: Callable[[list[str]], Any]) -> None:
-        """Give tasks back unrun (release): not counted as processed."""
-        tokens = [c.lease.lease for c in ctxs]
-        try:
-            self._retrying(lambda: op(tokens))
-        except PASSING:
-            return  # hard stop during an outage: the leases expire and the tasks run again
-        finally:
-            for _ in ctxs:
-                self._done(ran=False)
-        self.held.discard(q.name, tokens)
-
-    def _retrying(self, call: Callable[[], Any]) -> Any:
-        """Retry a call through a Redis outage (until a hard stop); the scripts make a repeat
-        harmless: a second fail or release of the same lease is refused."""
-        while True:
-            try:
-                result = call()
-            except PASSING as exc:
-                if self.hard_stop.is_set():
-                    raise
-                time.sleep(self.outage.failed("finish", exc))
-                continue
-            self.outage.recovered("finish")
-            return result

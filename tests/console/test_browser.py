@@ -87,7 +87,8 @@ def test_a_worker_killed_with_sigkill_turns_stale_on_the_workers_page(
     )
     try:
         page.goto(stack.url("/workers/?queue=default"))
-        row = page.locator("tr[data-worker]", has=page.locator(f"td.n:text-is('{worker.pid}')"))
+        pid = page.locator(f"td span:text-is('pid {worker.pid}')")  # under its host
+        row = page.locator("tr[data-worker]", has=pid)
         deadline = time.monotonic() + 30
         while row.count() == 0:  # the page polls; the worker registers at its first beat
             assert time.monotonic() < deadline, page.content()

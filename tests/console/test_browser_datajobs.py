@@ -25,7 +25,6 @@ import pytest
 import tests.pipeline_handlers  # noqa: F401  (registers the transform make_spec checks)
 from core.pipeline import jobs
 from core.pipeline.check import make_spec
-from core.stack.redis_server import free_port
 from tests.browser_support import (
     Stack,
     logged_in_pages,
@@ -39,23 +38,28 @@ from tests.pipeline_support import flights
 require_browser()
 pytestmark = pytest.mark.slow
 
-FIRST_JOB_S = 300  # the stack starts and warms its Spark Connect server: slow on 2 shared cores
+FIRST_JOB_S = 300  # the first job on a Spark Connect server just started: slow on 2 shared cores
 CARRIERS_SQL = ("SELECT carrier, count(*) AS flights, sum(distance) AS miles FROM chunk "
                 "GROUP BY carrier")
 COMBINE_SQL = ("SELECT carrier, sum(flights) AS flights, sum(miles) AS miles FROM parts "
                "GROUP BY carrier ORDER BY flights DESC, carrier")
+README_SQL = ("SELECT carrier, month, sum(dep_delay) AS delay_sum, count(dep_delay) AS n "
+              "FROM chunk GROUP BY carrier, month")
+README_COMBINE = ("SELECT carrier, month, round(sum(delay_sum) / sum(n), 2) AS mean_dep_delay, "
+                  "sum(n) AS flights FROM parts GROUP BY carrier, month ORDER BY carrier, month")
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def stack(tmp_path_factory: pytest.TempPathFactory, connect_url: str) -> Iterator[Stack]:
     var = tmp_path_factory.mktemp("browser-datajobs-var")
     # The workers also know the test transform that holds a chunk while var/hold exists. Its
     # data roots are the run's (tests/conftest.py data_roots, in the environment), which hold
     # var/: the stack's var/sample, var/data and var/out are readable, the rest of var/ not.
-    # Its own Spark Connect server (unless the run's is up: SPARK_REMOTE) on a free port.
+    # Its data jobs run on the run's Spark Connect server (SPARK_REMOTE), as the pipeline's
+    # tests do: a Spark of its own would be one more JVM to start and warm (the stack's own
+    # Spark and its warm-up are tests/stack/test_stack_spark_warming.py's).
     with running_stack(var, {"QA_HANDLER_MODULES": "tests.pipeline_handlers",
-                             "QA_TEST_HOLD_DIR": str(var),
-                             "QA_SPARK_PORT": str(free_port())}) as running:
+                             "QA_TEST_HOLD_DIR": str(var)}, spark_remote=connect_url) as running:
         yield running
 
 
@@ -129,6 +133,22 @@ def test_submit_a_job_on_the_sample_and_watch_it_finish(
     assert preview.locator("tbody tr").first.locator("td").all_inner_texts()[:2] == [
         "UA", "58,665"]
     assert '"rows_in": 336776' in (page.locator("#manifest").text_content() or "")
+    # Where the time went: a bar for the split, each chunk and the combine, each chunk's cut
+    # into its queue wait, Spark and write, on the job's one time axis.
+    bars = page.locator("#job-time tr[data-step]")
+    assert [bars.nth(i).get_attribute("data-step") for i in range(bars.count())] == [
+        "split", "chunk 0", "chunk 1", "chunk 2", "chunk 3", "combine"]
+    for k in range(4):
+        chunk_bar = page.locator(f"#job-time tr[data-step='chunk {k}']")
+        assert chunk_bar.locator("rect.t-spark").count() == 1
+        box = chunk_bar.locator("rect.t-spark").bounding_box()
+        assert box is not None and box["width"] > 0  # drawn, not only in the markup
+        assert "Spark: " in (chunk_bar.locator("rect.t-spark title").text_content() or "")
+    summary = page.locator("#job-time-summary").inner_text()
+    # Concurrency 2: two at once (a loaded machine may start one of a wave late).
+    assert re.search(r"chunks [\d.]+ s: 4 chunks in [234] waves of up to [12] at once",
+                     summary), summary
+    assert "split" in summary and "combine" in summary, summary
     shots(page, "datajob-done")
     page.goto(stack.url("/jobs/?queue=default"))
     row = page.locator("tr[data-job=carriers-2013]")
@@ -263,3 +283,39 @@ def test_cancel_a_running_job_from_its_page_and_its_worker_removes_the_staging(
     assert not Path(spec.output).exists()
     assert page.locator("button:has-text('Cancel this job')").count() == 0
     (var / "hold").unlink()
+
+
+def test_a_small_job_runs_in_one_step_and_its_page_shows_where_its_time_went(
+    stack: Stack, login: Any, shots: Any
+) -> None:
+    """The README's job with the default chunking: the sample is one chunk, run in one step
+    (chunk and combine SQL in one Spark query, in the split's task); its output is what the
+    same job split in four writes, and its page draws the split's and the step's bars."""
+    sample = var_dir(stack) / "sample" / "flights.parquet"
+    q = queue(stack)
+    outs = {}
+    for name, chunks in (("one-step", None), ("four-chunks", 4)):
+        spec = make_spec(job_id=f"readme-{name}", input=str(sample), format="parquet",
+                         output=str(var_dir(stack) / "out" / f"readme-{name}"),
+                         output_format="csv", sql=README_SQL, combine_sql=README_COMBINE,
+                         chunks=chunks)
+        jobs.submit(q, spec)
+        st = jobs.wait(q, spec.job_id, timeout=FIRST_JOB_S)
+        assert st.state == "done" and st.manifest is not None, st.failures
+        outs[name] = (st.manifest, sorted(
+            (Path(spec.output)).glob("part-*.csv"))[0].read_text())
+    one, four = outs["one-step"][0], outs["four-chunks"][0]
+    assert one["one_step"] is True and four["one_step"] is False
+    assert len(one["chunks"]) == 1 and one["chunks"][0]["rows_in"] == 336_776
+    assert one["rows_out"] == four["rows_out"] == 185
+    assert outs["one-step"][1] == outs["four-chunks"][1]  # the same CSV, row for row
+    assert set(one) == set(four) - {"combine_started_ms", "combine_queued_ms"}
+    page = login("otto")
+    page.goto(stack.url("/jobs/default/readme-one-step/?queue=default"))
+    bars = page.locator("#job-time tr[data-step]")
+    assert [bars.nth(i).get_attribute("data-step") for i in range(bars.count())] == [
+        "split", "one step"]
+    assert page.locator("#job-time tr[data-step='one step'] rect.t-spark").count() == 1
+    assert "chunk and combine in one Spark query" in page.locator(
+        "#job-time-summary").inner_text()
+    shots(page, "datajob-one-step")

@@ -89,3 +89,31 @@ def test_create_with_preview_run_now_pause_and_edit(stack: Stack, login: Any,
     admin.click("#schedule-form button[type=submit]")
     admin.wait_for_selector(f"{row} >> text=Monday through Friday")
     assert Schedules(queue(stack)).require("nightly").schedule.cron == "45 3 * * 1-5"
+
+
+def test_a_late_preview_never_overwrites_the_newer_one(stack: Stack, login: Any) -> None:
+    """The button's preview and the typing's preview target one box: when the older answer
+    comes last (a slow server), it must not put back runs the form no longer asks for."""
+    admin = login("admin")
+    admin.goto(stack.url("/schedules/?queue=default"))
+    admin.fill("input[name=name]", "late")
+    admin.fill("input[name=handler]", "slow")
+    admin.fill("textarea[name=tasks]", "{}")
+    admin.fill("input[name=cron]", "30 2 * * *")
+    admin.fill("input[name=tz]", "Europe/Berlin")
+    admin.press("input[name=tz]", "Tab")  # its change event: the typing's own preview
+    until(lambda: "At 02:30 (Europe/Berlin)" in admin.inner_text("#preview"), 10,
+          "the preview of the form as typed")
+    held: list[Any] = []
+    admin.route("**/schedules/preview/**", lambda route: held.append(route) if not held
+                else route.continue_())
+    admin.click("text=Preview next runs")  # held: the server is slow with this one
+    until(lambda: held, 10, "the button's preview to be sent")
+    admin.fill("input[name=tz]", "Europe/Nowhere")
+    admin.wait_for_timeout(1000)  # the typing's preview is due (400 ms), answered or waiting
+    held[0].continue_()  # the older answer arrives now, after the newer one was asked for
+    until(lambda: "unknown time zone 'Europe/Nowhere'" in admin.inner_text("#preview"), 10,
+          "the newer preview")
+    admin.wait_for_timeout(1500)
+    assert "unknown time zone 'Europe/Nowhere'" in admin.inner_text("#preview")
+    assert admin.locator("[data-preview] li").count() == 0

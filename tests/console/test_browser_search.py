@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from core.queue import introspect
+from core.queue import read
 from tests.browser_support import Stack, queue, require_browser, running_stack, until
 
 require_browser()
@@ -61,13 +61,13 @@ def test_wide_tables_stay_inside_a_1280_px_window(stack: Stack, page: Any, shots
     wider than the window: a wide table scrolls in its own box, the page and its nav bar do
     not."""
     q = queue(stack)
-    until(lambda: introspect.workers(q).items, 60, "the stack's worker to register")
+    until(lambda: read.workers(q).items, 60, "the stack's worker to register")
     note = ("customer Quetzalcoatl Ltd, invoice INV-73310, shipped by sea freight from the "
             "warehouse in Rotterdam to the distribution centre in Veracruz")
     rids = [q.submit([{"seconds": 25, "note": note}], handler="sleep", tenant="acme-logistics",
                      request_id=f"nightly-invoice-export-2024-06-{day:02d}").request_id
             for day in (1, 2)]
-    until(lambda: sum(getattr(introspect.request(q, r), "leased", 0) for r in rids) >= 1, 30,
+    until(lambda: sum(getattr(read.request(q, r), "leased", 0) for r in rids) >= 1, 30,
           "the stack's worker to take a task")
     # A second worker, on another host, running both requests' tasks as its heartbeat says.
     now_ms = int(time.time() * 1000)

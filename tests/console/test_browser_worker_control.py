@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from core.queue import introspect
+from core.queue import read
 from tests.browser_support import Stack, queue, require_browser, running_stack, until
 
 require_browser()
@@ -34,7 +34,7 @@ def test_quiet_stops_new_leases_while_the_running_task_finishes(
     stack: Stack, page: Any, shots: Any
 ) -> None:
     q = queue(stack)
-    until(lambda: introspect.workers(q).items, 60, "the stack's worker to register")
+    until(lambda: read.workers(q).items, 60, "the stack's worker to register")
     first = q.submit([{"seconds": 12}], handler="slow").request_id
     until(lambda: int(q.redis.hget(q.keys.request(first), "leased") or 0) == 1, 30,
           "the worker to take the first task")
@@ -53,7 +53,7 @@ def test_quiet_stops_new_leases_while_the_running_task_finishes(
     second = q.submit([{"seconds": 0.2}], handler="slow").request_id
     assert q.wait(first, timeout=30) == "done"  # the running task finished
     time.sleep(3)  # over a heartbeat more: a worker taking work would have taken it
-    info = introspect.request(q, second)
+    info = read.request(q, second)
     assert info is not None and (info.waiting, info.leased, info.done) == (1, 0, 0)
 
     page.reload()

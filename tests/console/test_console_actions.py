@@ -12,7 +12,7 @@ import pytest
 from django.test import Client
 
 from core.models import AuditEntry
-from core.queue import introspect
+from core.queue import read
 from core.stack.redis_server import free_port
 from tests.console_support import World, field, has_action_buttons, stats
 
@@ -109,7 +109,7 @@ def test_claim_gives_an_entry_to_another_worker(operator: Client, world: World) 
     assert "1 of 1" in text(response)
     q = world.q
     # It goes to w-live once w-stale has stopped its run (or the lease expired).
-    [row] = [e for e in introspect.pending(q, world.running) if e.task_id == world.stale_task]
+    [row] = [e for e in read.pending(q, world.running) if e.task_id == world.stale_task]
     assert row.consumer == "w-stale" and row.moves_by_ms
     assert "moves on by" in operator.get(page).content.decode()
     assert q.release([f"{world.running}/{world.stale_task}/1"]) == [-1]  # w-stale stopped
@@ -148,7 +148,7 @@ def test_reclaim_of_a_worker_that_beat_again_is_refused_as_stale(
 
 
 def test_admin_pauses_and_the_pause_shows_on_every_page(admin: Client, world: World) -> None:
-    response = post(admin, "/", "pause")
+    response = post(admin, "/requests/", "pause", confirmed="1")  # asks first: test_console_pause
     assert response.status_code == 200
     for page in ("/", "/requests/", "/pending/", "/dead/", "/workers/", "/audit/"):
         body = text(admin.get(page))

@@ -22,7 +22,7 @@ from core.models import AuditEntry
 from core.pipeline import jobs, transforms
 from core.pipeline.check import make_spec
 from core.pipeline.spec import JobSpec
-from core.queue import Queue, introspect
+from core.queue import Queue, read
 from core.queue.errors import UnknownHandlerWarning
 from tests.console_support import HOSTILE
 from tests.mirror_support import mirror
@@ -189,10 +189,10 @@ def test_every_field_reaches_the_spec_and_the_queue_options(
     assert st.spec.output_format == "csv" and st.spec.overwrite is True
     assert st.spec.rows_per_chunk == 5000 and st.spec.chunks is None
     for rid in ("console-job-1", "console-job-1.combine"):
-        info = introspect.request(console, rid)
+        info = read.request(console, rid)
         assert info is not None
         assert (info.priority, info.tenant, info.max_attempts) == (7, "acme", 5)
-    assert introspect.request(console, "console-job-1").concurrency == 2  # type: ignore[union-attr]
+    assert read.request(console, "console-job-1").concurrency == 2  # type: ignore[union-attr]
     # The same form again: the id exists, nothing changes, and the page says so.
     again = operator.post("/jobs/submit/", form, follow=True).content.decode()
     assert "Data job console-job-1 was submitted before: nothing changed." in again
@@ -328,6 +328,20 @@ def test_a_job_id_that_is_a_plain_requests_id_is_refused_at_its_field(
     assert not AuditEntry.objects.filter(action="datajob").exists()
 
 
+def test_a_submit_redis_refuses_is_audited_with_its_error_as_the_cli_audits_it(
+    console: Queue, operator: Client, tmp_path: Path
+) -> None:
+    """The console's submit is the command line's (core.ops.datajobs.submit): a submit that
+    Redis refuses part-way leaves its audit entry, with the error, as `datajob submit` did."""
+    console.redis.set(console.keys.request("broken-1"), "not a hash")  # WRONGTYPE to reads
+    r = operator.post("/jobs/submit/", filled(tmp_path, request_id="broken-1"))
+    assert r.status_code == 400 and "Redis refused the request" in r.content.decode()
+    entry = AuditEntry.objects.get(action="datajob")
+    assert (entry.actor, entry.source, entry.acted, entry.refused) == ("otto", "console", 0,
+                                                                       False)
+    assert "broken-1" in entry.target and "WRONGTYPE" in entry.error
+
+
 @pytest.mark.parametrize(("cli", "change"), [
     (["--sql", "SELECT 1 FROM chunk", "--transform", "console_test_passthrough"],
      {"transform": "console_test_passthrough"}),
@@ -430,7 +444,7 @@ def test_a_failed_chunk_shows_failed_with_its_reason_and_a_link_to_its_dead_lett
         "requeue xxx" in failed
     assert "…</span>" in failed and "x" * 200 not in failed  # shortened
     assert 'data-chunk="1" class="bad"' in html
-    [letter] = introspect.request_dead_letters(console, "dj1")
+    [letter] = read.request_dead_letters(console, "dj1")
     link = re.search(r'href="([^"]+)"[^>]*>failed</a>', failed)
     assert link is not None
     href = link.group(1).replace("&amp;", "&")
@@ -526,7 +540,7 @@ def test_a_job_whose_split_failed_says_why_with_a_link_to_its_dead_letter(
     assert ("The split failed: --sql cannot run on this data: [MISSING_AGGREGATION] carrier "
             "is not in the GROUP BY yyy") in table
     assert "…" in table and "y" * 200 not in table  # shortened
-    [letter] = introspect.request_dead_letters(console, "dj1")
+    [letter] = read.request_dead_letters(console, "dj1")
     link = re.search(r'href="([^"]+)"[^>]*>The split failed', table)
     assert link is not None and link.group(1).endswith(f"#dead-{letter.id}")
     group = viewer.get(link.group(1).replace("&amp;", "&").split("#")[0])

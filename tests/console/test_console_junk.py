@@ -33,6 +33,7 @@ from core.pipeline.check import make_spec
 from core.pipeline.spec import SpecError
 from core.queue import Queue
 from core.views.actions import SPECS
+from core.views.alerts import CHANNEL_ACTIONS, CHANNEL_FIELDS, RULE_ACTIONS, RULE_FIELDS
 from core.views.datajobs import OPTION_FIELDS
 from tests.console.test_console_datajobs import filled
 from tests.console_support import World
@@ -106,6 +107,25 @@ def test_a_nul_in_a_text_filter_is_refused(admin: Client, world: World) -> None:
     for url in ("/requests/?tenant=a%00", "/requests/?id=run%00", "/dead/?handler=%00",
                 "/audit/?user=%00"):
         refused(admin.get(url), "NUL")
+
+
+def test_an_action_refusing_a_nul_audits_it_as_u_fffd(admin: Client, world: World) -> None:
+    # The refusal's audit entry held the NUL, which PostgreSQL refused: a 500 on the Limits
+    # page (a limit named "\x00"), found by the junk corpus on PostgreSQL.
+    response = admin.post("/limits/change/", {"queue": "default", "name": "a\x00",
+                                              "on": "handler", "value": "echo", "rate": "1/1s",
+                                              "action": "set"})
+    assert response.status_code == 400, page_of(response)[-800:]
+    entry = AuditEntry.objects.get(action="limit-set")
+    assert "a\ufffd" in entry.target and "\x00" not in entry.target + entry.error
+
+
+def test_an_interval_of_digits_int_cannot_read_is_refused(admin: Client, world: World) -> None:
+    # "²".isdigit() is true and int() refused it: a schedule's save and preview were a 500.
+    form = SCHEDULE_FORM | {"timing": "every", "every": "\u00b2"}
+    refused(admin.post("/schedules/save/", form), "bad interval")
+    preview = admin.get("/schedules/preview/", form)  # the form's live preview: its message
+    assert preview.status_code == 200 and "bad interval" in page_of(preview)
 
 
 # -- item 2: a data job's SQL over 64 KiB, an output path over 255 characters ---------------
@@ -378,6 +398,17 @@ def _hidden(html: str) -> list[tuple[str, str]]:
             re.findall(r'<input type="hidden" name="([^"]*)" value="([^"]*)"', html)]
 
 
+def test_a_poll_of_a_page_without_a_live_part_is_refused(admin: Client, world: World) -> None:
+    # Tokens and Retention never poll; htmx's headers asking for their live part were a 500
+    # (no such partial). A page that polls still answers its fragment.
+    for url in ("/tokens/", "/retention/"):
+        refused(admin.get(url, headers={"HX-Request": "true", "HX-Target": "live"}),
+                "no live part")
+        assert admin.get(url).status_code == 200
+    polled = admin.get("/limits/", headers={"HX-Request": "true", "HX-Target": "live"})
+    assert polled.status_code == 200 and "<html" not in polled.content.decode()
+
+
 # -- the corpus: every parameter and field of every page and action, with the same junk ----
 
 JUNK: list[str] = [
@@ -474,6 +505,10 @@ PAGES: dict[str, tuple[str, list[str]]] = {
     "schedule_edit": ("/schedules/default/junk-sched/edit/", ["queue"]),
     "schedule_preview": ("/schedules/preview/", ["queue", *SCHEDULE_FIELDS]),
     "search": ("/search/", ["queue", "q", "scope", "after"]),
+    "limits": ("/limits/", ["queue"]),
+    "alerts": ("/alerts/", ["queue"]),
+    "retention": ("/retention/", ["queue"]),
+    "tokens": ("/tokens/", ["queue"]),
 }
 # Every form: the pattern's name, its path, a sane form and the fields to fill with junk.
 COMMON = ["queue", "nonce", "next", "confirmed"]
@@ -497,11 +532,45 @@ ACTIONS: dict[str, tuple[dict[str, str], list[str]]] = {
 PREVIEW_FIELDS = ["preview", "action", "queue", "handler", "tenant", "request", "fingerprint",
                   "since", "until", "state", "priority", "id"]
 CONFIRM_FIELDS = ["typed_count", "rate"]
-SUBMIT_FIELDS = [*dict.fromkeys(OPTION_FIELDS.values()), "overwrite"]
+SUBMIT_FIELDS = [*dict.fromkeys(OPTION_FIELDS.values()), "overwrite", "incremental", "content_hash"]
 LOGIN_FIELDS = ["username", "password", "next"]
 FORMS = {"act", "bulk_preview", "bulk_confirm", "bulk_stop", "datajob_submit", "login",
-         "logout", "schedule_save", "schedule_act"}
+         "logout", "schedule_save", "schedule_act", "limits_change", "alert_rule_add",
+         "alert_rule_act", "alert_channel_add", "alert_channel_act", "retention_change",
+         "token_create", "token_revoke"}
+LIMIT_FIELDS = ["queue", "name", "on", "value", "rate", "concurrency", "action"]
+LIMIT_FORM = {"queue": "default", "name": "junk-limit", "on": "handler", "value": "echo",
+              "rate": "100/1s", "concurrency": "4", "action": "set"}
+TOKEN_FIELDS = ["queue", "name", "scope", "expires", "user"]
+TOKEN_FORM = {"queue": "default", "name": "junk-token", "scope": "read", "expires": "7d",
+              "user": ""}
 SCHEDULE_ACTIONS = ["run-now", "pause", "resume", "delete"]
+# The Alerts page's forms, with the fields to fill with junk on each: a rule with every field
+# (a count), then each other kind of threshold (a factor, a ratio, a duration) and the job's
+# scope; a channel of each kind (the webhook's port 9 refuses at once: a test fails fast).
+RULE_FORM_FIELDS = [*RULE_FIELDS, "channels"]
+RULE_FORMS: list[tuple[dict[str, str], list[str]]] = [
+    ({"when": "dead-rate", "queue": "default", "handler": "echo", "tenant": "acme",
+      "threshold": "5", "for_": "1m", "quiet": "1h", "max_per_hour": "20"}, RULE_FORM_FIELDS),
+    ({"when": "datajob-slow", "tenant": "acme", "job": "dj-1", "threshold": "3x"},
+     ["job", "threshold"]),
+    ({"when": "redis-memory", "threshold": "90%"}, ["threshold"]),
+    ({"when": "waiting-age", "queue": "default", "threshold": "10m"}, ["threshold"]),
+]
+CHANNEL_FORMS: list[tuple[dict[str, str], list[str]]] = [
+    ({"kind": "webhook", "target": "http://127.0.0.1:9/x", "secret": "s" * 20,
+      "max_per_minute": "5"}, list(CHANNEL_FIELDS)),
+    ({"kind": "email", "target": "ops@example.org"}, ["target"]),
+    ({"kind": "slack", "target": "https://hooks.example.org/x"}, ["target", "secret"]),
+]
+RETENTION_FIELDS = ["queue", "kind", "duration", "scope", "action"]
+RETENTION_FORM = {"queue": "default", "kind": "requests", "duration": "30d", "scope": "queue",
+                  "action": "set"}
+# More junk for the newer forms' text: line breaks and other controls, digits int() cannot
+# read ("\u00b2".isdigit() is true), durations and numbers past every limit.
+TEXT_JUNK = [*JUNK, "a\r\nSet-Cookie: x=1", "\t", "\x7f", "\u2028", "\u00b2", "1\u00b2m",
+             "\u0661\u0662m", "\uff15", "9" * 600, "9" * 30 + "d", "never", "forever", "-5m",
+             "1.5h", "0s"]
 
 
 def _console_patterns() -> dict[str, str]:
@@ -527,7 +596,9 @@ def test_the_tables_cover_every_page_parameter_and_form_field() -> None:
     posted = set(COMMON) | set(PREVIEW_FIELDS) | set(CONFIRM_FIELDS) | set(SUBMIT_FIELDS) \
         | set(LOGIN_FIELDS) | {f for _, names in ACTIONS.values() for f in names} \
         | {"worker", "held:w-stale", "held:{{ w.name }}"} | set(forms.DEAD_FILTERS) \
-        | set(forms.REQUEST_FILTERS) | set(SCHEDULE_FIELDS) | {"original", "version", "confirm"}
+        | set(forms.REQUEST_FILTERS) | set(SCHEDULE_FIELDS) | {"original", "version", "confirm"} \
+        | set(RULE_FORM_FIELDS) | set(CHANNEL_FIELDS) | set(RETENTION_FIELDS) \
+        | set(LIMIT_FIELDS) | set(TOKEN_FIELDS)
     in_templates: set[str] = set()
     for template in (root / "templates").rglob("*.html"):
         in_templates |= set(re.findall(r'<(?:input|select|textarea|button)[^>]*\bname="([^"]+)"',
@@ -606,6 +677,105 @@ def _junk_schedules(junk: Junk, n: Named) -> None:
             junk.post(path, "")
 
 
+def _junk_limits(junk: Junk, n: Named) -> None:
+    """The Limits page's form: set (saved once as it is, so that a change and a remove find
+    it), then every field with junk, set and remove."""
+    assert junk.client.post("/limits/change/", LIMIT_FORM).status_code == 302
+    junk.fields("POST", "/limits/change/", LIMIT_FIELDS, LIMIT_FORM)
+    junk.fields("POST", "/limits/change/", LIMIT_FIELDS, LIMIT_FORM | {"action": "remove"})
+
+
+def _junk_tokens(junk: Junk, n: Named) -> None:
+    """The API tokens page's forms: a create as it is (the token shown on its answer), then
+    every field with junk; a revoke of a junk name and of the one made."""
+    assert junk.client.post("/tokens/create/", TOKEN_FORM).status_code == 200
+    junk.fields("POST", "/tokens/create/", TOKEN_FIELDS, TOKEN_FORM | {"name": "junk-2"},
+                TEXT_JUNK)
+    for name in ["%00", "x" * 300, "..", "junk-token"]:
+        junk.post(f"/tokens/{name}/revoke/", "queue=default")
+    junk.fields("POST", "/tokens/junk-token/revoke/", ["queue"])
+    for value in JUNK[1:]:
+        junk.get(f"/tokens/{_q(value)}/revoke/")
+        junk.post(f"/tokens/{_q(value)}/revoke/", "queue=default")
+
+
+def _post_with_queue(junk: Junk, path: str, body: str = "") -> None:
+    """`path`'s ?queue= (where the Alerts page's actions return to) with junk."""
+    for value in JUNK:
+        junk.post(f"{path}?queue={_q(value)}", body)
+    for value in RAW_JUNK:
+        junk.post(f"{path}?queue={value}", body)
+
+
+def _alerting(junk: Junk) -> dict[str, str]:
+    """A webhook channel and an email one, and a rule sending to the first, saved as they are
+    (so that the actions find them); the rule's form."""
+    client = junk.client
+    [(hook, _), (mail, _), _] = CHANNEL_FORMS
+    assert client.post("/alerts/channels/add/", {"name": "junk-chan", **hook}).status_code == 302
+    assert client.post("/alerts/channels/add/", {"name": "junk-mail", **mail}).status_code == 302
+    rule = {"name": "junk-rule", "channels": "junk-chan", **RULE_FORMS[0][0]}
+    assert client.post("/alerts/rules/add/", rule).status_code == 302
+    return rule
+
+
+def _junk_alert_rules(junk: Junk, n: Named) -> None:
+    """The Alerts page's rule form: every field with junk, for each kind of threshold."""
+    rule = _alerting(junk)
+    for i, (form, names) in enumerate(RULE_FORMS):
+        for name in names:  # a rule's name each: the sane form is added once, then exists
+            base = {"name": f"r{i}-{name}", "channels": "junk-chan", **form}
+            junk.fields("POST", "/alerts/rules/add/", [name], base, TEXT_JUNK)
+    junk.post("/alerts/rules/add/", _encode([*rule.items(), ("channels", "junk-mail"),
+                                             *[("channels", v) for v in JUNK]]))
+    _post_with_queue(junk, "/alerts/rules/add/", _encode(list(rule.items())))
+
+
+def _junk_alert_channels(junk: Junk, n: Named) -> None:
+    """The Alerts page's channel form (every field with junk, for each kind), the rules' and
+    the channels' actions, and their path arguments."""
+    _alerting(junk)
+    for i, (form, names) in enumerate(CHANNEL_FORMS):
+        for name in names:
+            junk.fields("POST", "/alerts/channels/add/", [name],
+                        {"name": f"c{i}-{name}", **form}, TEXT_JUNK)
+    hook = CHANNEL_FORMS[0][0]
+    _post_with_queue(junk, "/alerts/channels/add/", _encode([("name", "junk-q"), *hook.items()]))
+    for act in RULE_ACTIONS:
+        junk.fields("POST", f"/alerts/rules/junk-rule/{act}/", ["confirm"])
+        _post_with_queue(junk, f"/alerts/rules/junk-rule/{act}/")
+    for act in CHANNEL_ACTIONS:
+        junk.fields("POST", f"/alerts/channels/junk-chan/{act}/", ["confirm"])
+        _post_with_queue(junk, f"/alerts/channels/junk-chan/{act}/")
+    junk.post("/alerts/channels/junk-mail/test/", "")
+    _junk_alert_paths(junk)
+
+
+def _junk_alert_paths(junk: Junk) -> None:
+    """A rule's and a channel's name and action in the path with junk; then both removed for
+    good (the channel once no rule sends to it) and named again."""
+    for value in JUNK[1:]:
+        v = _q(value)
+        for path in (f"/alerts/rules/{v}/enable/", f"/alerts/rules/{v}/remove/",
+                     f"/alerts/rules/junk-rule/{v}/", f"/alerts/channels/{v}/test/",
+                     f"/alerts/channels/{v}/remove/", f"/alerts/channels/junk-chan/{v}/"):
+            junk.get(path)
+            junk.post(path, "")
+            junk.post(path, "confirm=yes")
+    for path in ("/alerts/rules/junk-rule/remove/", "/alerts/channels/junk-chan/remove/",
+                 "/alerts/rules/junk-rule/enable/", "/alerts/channels/junk-chan/test/"):
+        junk.post(path, "confirm=yes")
+
+
+def _junk_retention(junk: Junk, n: Named) -> None:
+    """Set and unset, for the queue shown and for every queue, every field with junk."""
+    assert junk.client.post("/retention/change/", RETENTION_FORM).status_code == 302
+    for extra in ({}, {"scope": "every"}, {"action": "unset"},
+                  {"action": "unset", "scope": "every"}):
+        junk.fields("POST", "/retention/change/", RETENTION_FIELDS, RETENTION_FORM | extra,
+                    TEXT_JUNK)
+
+
 # The corpus in parts, each on a world of its own, so that the test processes share them (the
 # whole corpus in one test took 53 s on SQLite and 84 s on PostgreSQL, the longest test of
 # either pass); with how many requests each part sent when it was split (6,743 in all).
@@ -615,9 +785,15 @@ CORPUS: dict[str, tuple[Callable[[Junk, Named], None], int]] = {
     "actions": (_junk_actions, 2_007),
     "forms": (_junk_forms, 748),
     "schedules": (_junk_schedules, 1_178),
+    "limits": (_junk_limits, 476),
+    "alert-rules": (_junk_alert_rules, 764),
+    "alert-channels": (_junk_alert_channels, 1_167),
+    "retention": (_junk_retention, 980),
+    "tokens": (_junk_tokens, 331),
 }
 
 
+@pytest.mark.slow  # 5-15 s a part alone: thousands of requests through the whole console
 @pytest.mark.parametrize("part", list(CORPUS))
 def test_junk_in_every_parameter_and_field_is_never_a_5xx_nor_an_outage(
     admin: Client, world: World, tmp_path: Path, part: str
@@ -658,6 +834,7 @@ def _staff(client: Client) -> Junk:
     return Junk(client)
 
 
+@pytest.mark.slow  # 12 s alone: over a thousand requests to the admin's pages
 def test_junk_in_the_django_admin_is_never_a_5xx(admin: Client, world: World) -> None:
     junk = _staff(admin)
     for model in ("request", "deadletter", "auditentry", "bulkaction"):

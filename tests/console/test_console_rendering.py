@@ -92,11 +92,54 @@ def test_a_lone_point_is_drawn_as_a_dash_across_its_bucket() -> None:
 @pytest.mark.django_db
 def test_an_empty_window_says_what_a_point_needs() -> None:
     now = dt.datetime(2026, 11, 23, 12, 0, tzinfo=dt.UTC)
+    assert charts.chart("q", charts.DAY, now).empty_text.startswith(
+        "No sample of this queue yet: the mirror (runservices, or runmirror) records its "
+        "counters every ~10 s")
     QueueSample.objects.create(queue="q", at=now - dt.timedelta(minutes=2), done=5)
     day = charts.chart("q", charts.DAY, now)
     assert day.empty and day.empty_text.startswith(
-        "No point in this window yet: each is the change of the queue's counters over 15 "
-        "minutes, between two of the samples")
+        "Its samples begin at 11:58:00 UTC (2 min ago), too few yet for a point: each is the "
+        "change of the queue's counters over a minute, between two of the samples")
+    # A new install's first samples, less than a whole minute of them: when the first point
+    # comes.
+    QueueSample.objects.create(queue="new", at=now - dt.timedelta(seconds=20), done=5)
+    assert charts.chart("new", charts.HOUR, now + dt.timedelta(seconds=5)).empty_text == (
+        "The first sample of this queue came 25 s ago (11:59:40 UTC): a point is the change of "
+        "its counters over a whole minute, so the first one (12:00 to 12:01) is drawn once "
+        "that minute is over.")
+    # ... and samples of the current minute only.
+    QueueSample.objects.create(queue="newer", at=now + dt.timedelta(seconds=2), done=5)
+    assert charts.chart("newer", charts.DAY, now + dt.timedelta(seconds=5)).empty_text == (
+        "The first sample of this queue came 3 s ago (12:00:02 UTC): a point is the change of "
+        "its counters over a whole minute, so the first one (12:01 to 12:02) is drawn once "
+        "that minute is over.")
+    # A mirror that stopped: the window says since when there is none.
+    later = now + dt.timedelta(days=2)
+    assert charts.chart("q", charts.HOUR, later).empty_text.startswith(
+        "No sample in the last hour: the last is from 2026-11-23 11:58 UTC (2 d 0 h ago).")
+
+
+@pytest.mark.django_db
+def test_charts_of_a_new_install_draw_the_minutes_that_have_samples() -> None:
+    # Three minutes of samples, every 10 s, 60 tasks done a minute: the hour's chart spans
+    # those minutes (not its right 5 %) and the day's draws them per minute (not nothing).
+    now = dt.datetime(2026, 11, 23, 12, 0, 5, tzinfo=dt.UTC)
+    first = now - dt.timedelta(minutes=3)
+    QueueSample.objects.bulk_create(
+        QueueSample(queue="q", at=first + dt.timedelta(seconds=10 * i), done=10 * i)
+        for i in range(19))
+    for window in (charts.HOUR, charts.DAY):
+        c = charts.chart("q", window, now)
+        assert not c.empty, window.name
+        [points] = c.lines[0].paths
+        xs = [float(p.split(",")[0]) for p in points.split()]
+        plot = c.width - c.plot_left
+        assert xs[0] - c.plot_left < 0.4 * plot and c.width - xs[-1] < 0.4 * plot, window.name
+        assert [tip for _, _, tip in c.hits] == [
+            "11:58 UTC: done 60/min, failed 0/min, retried 0/min",
+            "11:59 UTC: done 60/min, failed 0/min, retried 0/min"], window.name
+        assert c.note == ("Its samples begin at 11:57 UTC (3 min ago): drawn from there, a "
+                          "point per minute.")
 
 
 @pytest.mark.django_db

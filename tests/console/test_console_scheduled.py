@@ -12,7 +12,7 @@ import pytest
 from django.test import Client
 
 from core.models import AuditEntry
-from core.queue import Queue, introspect
+from core.queue import Queue, read
 from tests.console_support import field
 
 pytestmark = pytest.mark.django_db
@@ -88,7 +88,7 @@ def test_cancel_from_the_page_asks_then_nothing_runs(
     assert delayed.state("in-5m") == "cancelled"
     assert delayed.run_now("in-5m") == ("cancelled", False)
     assert AuditEntry.objects.filter(action="cancel", target="in-5m", acted=1).exists()
-    assert introspect.stats(delayed).scheduled == 2
+    assert read.stats(delayed).scheduled == 2
 
 
 def test_a_viewer_sees_no_button_and_a_forged_post_is_refused_and_audited(

@@ -118,7 +118,7 @@ def test_createuser_refuses_clearly(groups: None) -> None:
     call_command("createuser", "ana", "--role", "viewer", stdout=StringIO())
     with pytest.raises(CommandError, match="already exists"):
         call_command("createuser", "ana", "--role", "viewer", stdout=StringIO())
-    with pytest.raises(CommandError, match="unknown role 'root'"):  # admin is a role now
+    with pytest.raises(CommandError, match="invalid choice: 'root'"):  # admin is a role now
         call_command("createuser", "bob", "--role", "root", stdout=StringIO())
     assert not User.objects.filter(username="bob").exists()
 
@@ -150,3 +150,18 @@ def test_many_tabs_cost_redis_one_read_per_second(
         assert viewer.get("/", headers=poll).status_code == 200
     assert calls() - before == 0  # every aggregate of the overview came from the cache
     cache.clear()
+
+
+def test_metrics_count_the_waiting_tasks_no_live_worker_runs(client: Client, console: Queue,
+                                                             settings: Any) -> None:
+    """Issue 33: a task whose handler no live worker runs waits (it is never leased to a
+    worker that would fail it); /metrics counts them per queue and handler."""
+    from core.queue import handlers
+
+    settings.METRICS_TOKEN = "t"
+    handlers.announce(console, "w1", ["echo"])
+    console.submit([1, 2, 3], handler="resize")
+    console.submit([1], handler="echo")
+    text = client.get("/metrics", headers={"Authorization": "Bearer t"}).content.decode()
+    assert 'queueadmin_tasks_waiting_no_worker{handler="resize",queue="default"} 3.0' in text
+    assert 'handler="echo"' not in text.split("queueadmin_tasks_waiting_no_worker")[-1]

@@ -13,7 +13,7 @@ import pytest
 from django.test import Client
 
 from core.models import AuditEntry
-from core.queue import Queue, introspect
+from core.queue import Queue, read
 from tests.console_support import field
 
 pytestmark = pytest.mark.django_db
@@ -159,8 +159,8 @@ def test_an_admins_quiet_reaches_a_real_worker_within_a_heartbeat(
 ) -> None:
     spawn_worker("w-real", "--dead-after", "1")
     # Its heartbeat registers the worker, then its queue's name (for the console's queue list).
-    wait_until(lambda: introspect.worker(live_queue, "w-real") is not None
-               and "q" in introspect.queues(live_queue.redis, prefix=prefix), 15,
+    wait_until(lambda: read.worker(live_queue, "w-real") is not None
+               and "q" in read.queues(live_queue.redis, prefix=prefix), 15,
                "the worker and its queue to register")
     page = admin.get("/workers/?queue=q").content.decode()
     response = admin.post("/actions/worker-quiet/", {
@@ -168,7 +168,7 @@ def test_an_admins_quiet_reaches_a_real_worker_within_a_heartbeat(
         "next": "/workers/?queue=q"})
     assert response.status_code == 302
     def quiet() -> bool:
-        found = introspect.worker(live_queue, "w-real")
+        found = read.worker(live_queue, "w-real")
         return found is not None and found.info.get("quiet") is True
 
     wait_until(quiet, 2, "the worker to say it is quiet (it beats every 0.2 s)")

@@ -7,7 +7,7 @@ import threading
 import time
 from typing import Any
 
-from core.queue import Queue, introspect
+from core.queue import Queue, read
 from core.worker import Registry
 from core.worker.runtime import Worker, WorkerConfig
 
@@ -26,7 +26,7 @@ def test_a_running_worker_registers_dead_after_version_and_its_tasks(
     thread.start()
     try:
         def held() -> dict[str, Any] | None:
-            items = introspect.workers(live_queue).items
+            items = read.workers(live_queue).items
             info = items[0].info if items else {}
             return info if info.get("tasks") else None
 

@@ -5,6 +5,7 @@ an admin unlocks it in the Django admin; every failed login is in the audit log.
 from __future__ import annotations
 
 import datetime as dt
+import io
 from typing import Any
 
 import pytest
@@ -60,7 +61,9 @@ def test_the_right_password_after_too_many_wrong_ones_is_refused(vic: User,
         "refused: this user name or address is locked out after too many failed logins"]
 
 
-def test_one_user_name_is_locked_from_every_address(vic: User, settings: Any) -> None:
+def test_one_user_name_is_locked_from_every_new_address(vic: User, settings: Any) -> None:
+    """Guesses spread over many addresses (a botnet, an IPv6 block) still lock the name, for
+    every address it never logged in from."""
     User.objects.create_user("wendy", password=PASSWORD)
     for i in range(settings.AXES_FAILURE_LIMIT):
         log_in("vic", "wrong", address=f"10.0.0.{i}")
@@ -68,11 +71,68 @@ def test_one_user_name_is_locked_from_every_address(vic: User, settings: Any) ->
     assert log_in("wendy", PASSWORD, address="10.0.9.9").logged_in  # the address is not locked
 
 
-def test_one_address_is_locked_for_every_user_name(vic: User, settings: Any) -> None:
+def test_one_address_is_locked_for_every_new_user_name(vic: User, settings: Any) -> None:
     for i in range(settings.AXES_FAILURE_LIMIT):
         log_in(f"guess{i}", "wrong", address="10.6.6.6")
     assert not log_in("vic", PASSWORD, address="10.6.6.6").logged_in
     assert log_in("vic", PASSWORD, address="10.0.0.1").logged_in  # nor is the user name
+
+
+def test_a_guesser_cannot_lock_an_admin_out_of_an_address_it_logged_in_from(
+        vic: User, settings: Any) -> None:
+    """Issue 33 (6): five wrong guesses from anywhere used to lock the name for everyone. An
+    address a user name logged in from before is locked for it by its own failures only."""
+    assert log_in("vic", PASSWORD, address="192.0.2.10").logged_in  # the admin's usual desk
+    for i in range(3 * settings.AXES_FAILURE_LIMIT):  # from many addresses, and from one
+        assert not log_in("vic", f"guess-{i}", address=f"10.6.{i}.1").logged_in
+        assert not log_in("vic", f"guess-{i}", address="10.6.6.6").logged_in
+    assert log_in("vic", "guess", address="10.0.9.9").status_code == 429  # a new address
+    assert log_in("vic", PASSWORD, address="192.0.2.10").logged_in  # still the way in
+    assert not log_in("vic", PASSWORD, address="10.6.6.6").logged_in  # the guesser's is locked
+
+
+def test_an_address_shared_with_a_guesser_stays_open_to_who_logged_in_from_it(
+        vic: User, settings: Any) -> None:
+    """Behind one NAT, a guesser at other names locks the address for new names only."""
+    assert log_in("vic", PASSWORD, address="10.1.1.1").logged_in
+    for i in range(2 * settings.AXES_FAILURE_LIMIT):
+        log_in(f"guess{i}", "wrong", address="10.1.1.1")
+    User.objects.create_user("newbie", password=PASSWORD)
+    assert log_in("newbie", PASSWORD, address="10.1.1.1").status_code == 429
+    assert log_in("vic", PASSWORD, address="10.1.1.1").logged_in
+
+
+def test_its_own_failures_lock_a_user_name_out_of_a_known_address(vic: User,
+                                                                  settings: Any) -> None:
+    assert log_in("vic", PASSWORD, address="192.0.2.10").logged_in
+    assert log_in("vic", PASSWORD, address="192.0.2.11").logged_in
+    for _ in range(settings.AXES_FAILURE_LIMIT):
+        log_in("vic", "wrong", address="192.0.2.10")
+    refused = log_in("vic", PASSWORD, address="192.0.2.10")
+    assert refused.status_code == 429 and not refused.logged_in
+    assert log_in("vic", PASSWORD, address="192.0.2.11").logged_in  # the pair only
+
+
+def test_an_address_is_known_for_the_days_configured(vic: User, settings: Any) -> None:
+    from axes.models import AccessLog
+
+    assert log_in("vic", PASSWORD, address="192.0.2.10").logged_in
+    AccessLog.objects.update(attempt_time=timezone.now() - dt.timedelta(
+        days=settings.LOGIN_KNOWN_ADDRESS_DAYS + 1))
+    for i in range(settings.AXES_FAILURE_LIMIT):
+        log_in("vic", "wrong", address=f"10.0.0.{i}")
+    assert not log_in("vic", PASSWORD, address="192.0.2.10").logged_in  # too long ago
+
+
+def test_the_way_back_for_a_locked_name_is_axes_reset_username(vic: User,
+                                                               settings: Any) -> None:
+    from django.core.management import call_command
+
+    for i in range(settings.AXES_FAILURE_LIMIT):
+        log_in("vic", "wrong", address=f"10.0.0.{i}")
+    assert not log_in("vic", PASSWORD, address="10.0.9.9").logged_in
+    call_command("axes_reset_username", "vic", stdout=io.StringIO())
+    assert log_in("vic", PASSWORD, address="10.0.9.9").logged_in
 
 
 def test_the_lockout_ends_after_its_time(vic: User, settings: Any) -> None:

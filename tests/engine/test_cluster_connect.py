@@ -11,7 +11,7 @@ import pytest
 import redis
 from redis.cluster import RedisCluster as ClusterClient
 
-from core.queue import InvalidInput, Queue, RedisUnavailable, introspect
+from core.queue import InvalidInput, Queue, RedisUnavailable, read
 from core.queue.connect import connect, redacted, seeds
 from core.stack.redis_server import RedisServer, free_port
 from tests.conftest import ClusterLayout
@@ -30,7 +30,7 @@ def test_a_node_that_owns_none_of_the_queues_gives_a_client_for_every_shard(
             q.submit([1, 2], request_id="r", handler="echo")
         (lease,) = queues[1].dequeue("w", 1)
         queues[1].ack(lease)
-        assert [introspect.stats(q).waiting for q in queues] == [2, 1]
+        assert [read.stats(q).waiting for q in queues] == [2, 1]
     finally:
         client.close()
     # Through the node owning the queue instead, the same keys are seen.

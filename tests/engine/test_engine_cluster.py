@@ -11,7 +11,7 @@ import pytest
 from redis.cluster import ClusterNode
 from redis.cluster import RedisCluster as ClusterClient
 
-from core.queue import FollowUp, Queue, introspect
+from core.queue import FollowUp, Queue, read
 from core.stack.redis_server import RedisCluster, start_cluster
 from tests.conftest import FakeClock
 
@@ -55,7 +55,7 @@ def test_every_operation_runs_on_a_cluster_and_queues_spread_over_shards(
         c = q.dequeue("w", 1)[0]
         assert q.heartbeat("w", {"pid": 1}, [c]) == [1]
         assert q.progress(c, done=1, total=2, message="half", lines=[(0, "hi")])
-        assert introspect.progress(q, "r")[0].message == "half"
+        assert read.progress(q, "r")[0].message == "half"
         clock.advance(1001)
         assert [r.outcome for r in q.reap()] == ["dead"]
         assert q.requeue_request("r") == 2
@@ -65,7 +65,7 @@ def test_every_operation_runs_on_a_cluster_and_queues_spread_over_shards(
         [moved] = q.leave_idle("w3")
         assert q.release_task(moved.request_id, moved.task_id) == "w3"
         assert q.release([moved]) == [-1]  # w3 never ran it: back to waiting
-        [entry] = [e for e in introspect.pending(q, "r") if e.task_id == moved.task_id]
+        [entry] = [e for e in read.pending(q, "r") if e.task_id == moved.task_id]
         assert (entry.consumer, entry.moves_by_ms) == ("~waiting", None)
         q.cancel("s")
         assert [lease.request_id for lease in leases] == ["r", "r", "s"]
@@ -74,10 +74,10 @@ def test_every_operation_runs_on_a_cluster_and_queues_spread_over_shards(
         q.ack_many(rest)
         assert q.wait("r", timeout=1) == "done"
         assert q.wait("s", timeout=1) == "cancelled"
-        stats = introspect.stats(q)
+        stats = read.stats(q)
         assert (stats.waiting, stats.leased, stats.dead) == (0, 0, 0)
-        assert introspect.workers(q).items[0].name == "w"
-        assert introspect.dead_letters(q) == []
+        assert read.workers(q).items[0].name == "w"
+        assert read.dead_letters(q) == []
 
 
 def test_results_are_kept_and_read_on_a_cluster(cluster_client: ClusterClient) -> None:
@@ -92,9 +92,9 @@ def test_results_are_kept_and_read_on_a_cluster(cluster_client: ClusterClient) -
         assert cluster_client.keyslot(q.keys.results("r")) == cluster_client.keyslot(q.keys.ready)
         assert q.wait("r", timeout=1, results=True) == (
             "done", {leases[0].task_id: {"n": 1}, leases[2].task_id: "three"})
-        page = introspect.results(q, "r")
+        page = read.results(q, "r")
         assert page.total == 2 and page.cursor == 0
-        assert introspect.result_text(q, "r", leases[2].task_id) == '"three"'
+        assert read.result_text(q, "r", leases[2].task_id) == '"three"'
 
 
 def test_a_flow_is_made_and_run_on_a_cluster(cluster_client: ClusterClient) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import redis
 
-from core.queue import InvalidInput, LeaseLost, Queue, introspect
+from core.queue import InvalidInput, LeaseLost, Queue, read
 from tests.conftest import FakeClock
 
 
@@ -76,7 +76,7 @@ def test_ack_is_accepted_once(queue: Queue) -> None:
     queue.ack(lease)
     with pytest.raises(LeaseLost):
         queue.ack(lease)
-    info = introspect.request(queue, "r")
+    info = read.request(queue, "r")
     assert info is not None and (info.done, info.leased, info.waiting) == (1, 0, 1)
 
 
@@ -152,7 +152,7 @@ def test_failure_retries_with_exponential_backoff_then_dead_letters(
     out = queue.fail(lease, "ValueError: bad", "Traceback ...", worker="w")
     assert (out.outcome, out.attempts) == ("dead", 3)
     assert queue.wait("r", timeout=0) == "failed"
-    [letter] = introspect.dead_letters(queue)
+    [letter] = read.dead_letters(queue)
     assert (letter.request_id, letter.task_id, letter.attempts) == ("r", lease.task_id, 3)
     assert (letter.error, letter.traceback, letter.worker) == (
         "ValueError: bad",
@@ -185,7 +185,7 @@ def test_fail_of_a_lost_lease_is_refused(queue: Queue) -> None:
     queue.ack(lease)
     with pytest.raises(LeaseLost):
         queue.fail(lease, "late")
-    assert introspect.dead_letters(queue) == []
+    assert read.dead_letters(queue) == []
 
 
 def test_reaping_after_the_last_attempt_dead_letters_naming_the_worker(
@@ -196,7 +196,7 @@ def test_reaping_after_the_last_attempt_dead_letters_naming_the_worker(
     clock.advance(501)
     [reaped] = queue.reap()
     assert (reaped.worker, reaped.outcome) == ("w-17", "dead")
-    [letter] = introspect.dead_letters(queue)
+    [letter] = read.dead_letters(queue)
     assert "w-17" in letter.error and "lease expired" in letter.error
     assert queue.state("r") == "failed"
 
@@ -248,7 +248,7 @@ def test_a_batch_of_acks_counts_each_task_once_across_requests(queue: Queue) -> 
     accepted = queue.ack_many([*tokens, tokens[0], "a/1-1/9", "not-a-lease"])
     assert accepted == [True] * 5 + [False, False, False]
     assert queue.state("a") == "done" and queue.state("b") == "done"
-    assert introspect.stats(queue).totals["done"] == 5
+    assert read.stats(queue).totals["done"] == 5
 
 
 def test_ack_many_takes_more_leases_than_one_script_call_can(queue: Queue) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from core.queue import Queue, introspect
+from core.queue import Queue, read
 from core.stack.redis_server import RedisServer, start_redis
 
 # Commands the engine sends that change data (and go to the append-only file when they do).
@@ -63,8 +63,8 @@ def test_one_task_requests_cost_few_commands_and_writes(own_server: RedisServer)
             break
         leases = [lease.lease for lease in got]
     finished = counts(client)
-    assert done == N and introspect.drained(q)
-    assert introspect.stats(q).requests_by_state["done"] == N + 1
+    assert done == N and read.drained(q)
+    assert read.stats(q).requests_by_state["done"] == N + 1
 
     submit_cmds, submit_writes = per_request(start, submitted)
     run_cmds, run_writes = per_request(submitted, finished)
@@ -80,12 +80,12 @@ def test_a_new_request_stores_no_zero_counter_and_reads_them_as_zero(queue: Queu
     sub = queue.submit([1, 2], handler="noop", request_id="r")
     stored = queue.redis.hgetall(queue.keys.request("r"))
     assert not {"retry", "leased", "delayed", "done", "dead", "cancelled"} & set(stored)
-    info = introspect.request(queue, sub.request_id)
+    info = read.request(queue, sub.request_id)
     assert info is not None
     assert (info.total, info.waiting, info.leased, info.done, info.dead) == (2, 2, 0, 0, 0)
     [lease] = queue.dequeue("w", 1)
     queue.ack(lease)
-    info = introspect.request(queue, "r")
+    info = read.request(queue, "r")
     assert info is not None and (info.waiting, info.leased, info.done) == (1, 0, 1)
 
 
@@ -123,7 +123,7 @@ def test_a_result_costs_its_write_and_its_expiry_and_nothing_else(
                 break
             entries = [q.ack_entry(lease, result) for lease in got]
         finished = counts(client)
-        assert introspect.drained(q)
+        assert read.drained(q)
         return {k: n - after_submit.get(k, 0) for k, n in finished.items()
                 if k not in ("fcall", "info") and n - after_submit.get(k, 0)}
 

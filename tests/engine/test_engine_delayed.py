@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 import redis
 
-from core.queue import InvalidInput, Queue, UnknownRequest, introspect
+from core.queue import InvalidInput, Queue, UnknownRequest, read
 from core.queue.due import parse_at, parse_delay
 from tests.conftest import FakeClock
 
@@ -44,7 +44,7 @@ def test_a_delayed_request_is_not_leased_before_its_time_and_is_right_after(
     assert queue.state("r") == "active"
     queue.ack_many(got)
     assert queue.wait("r", timeout=1) == "done"
-    info = introspect.request(queue, "r")
+    info = read.request(queue, "r")
     assert info is not None and info.due_ms == clock.now
 
 
@@ -78,7 +78,7 @@ def test_every_other_option_is_kept_and_priority_orders_due_requests(
     queue.submit([1, 2, 3], request_id="low", handler="echo", priority=10, delay=5)
     queue.submit([1, 2, 3], request_id="high", handler="echo", priority=90, delay=5,
                  concurrency=1, tenant="acme", max_attempts=1)
-    info = introspect.request(queue, "high")
+    info = read.request(queue, "high")
     assert info is not None and (info.priority, info.concurrency, info.tenant,
                                  info.max_attempts) == (90, 1, "acme", 1)
     clock.advance(5_000)
@@ -121,18 +121,18 @@ def test_cancel_while_scheduled_runs_nothing(
     queue: Queue, clock: FakeClock, redis_client: redis.Redis
 ) -> None:
     queue.submit([1, 2, 3], request_id="r", handler="echo", delay=60)
-    before = introspect.stats(queue)
+    before = read.stats(queue)
     assert (before.scheduled, before.waiting, before.requests_by_state["scheduled"]) == (1, 0, 1)
     result = queue.cancel("r")
     assert (result.state, result.dropped, result.running, result.changed) == ("cancelled", 3, 0,
                                                                               True)
     clock.advance(120_000)
     assert queue.dequeue("w", 10) == []
-    info = introspect.request(queue, "r")
+    info = read.request(queue, "r")
     assert info is not None and (info.cancelled, info.waiting) == (3, 0)
-    after = introspect.stats(queue)
+    after = read.stats(queue)
     assert (after.scheduled, after.waiting, after.delayed) == (0, 0, 0)
-    assert introspect.drained(queue)
+    assert read.drained(queue)
     assert not redis_client.exists(queue.keys.delayed)  # the next call tidied its mark away
 
 
@@ -142,14 +142,14 @@ def test_stats_count_scheduled_requests_and_those_due_within_the_hour(
     queue.submit([1], request_id="soon", handler="echo", delay=60)
     queue.submit([1], request_id="later", handler="echo", delay=7_200)
     queue.submit([1], request_id="now", handler="echo")
-    s = introspect.stats(queue)
+    s = read.stats(queue)
     assert (s.scheduled, s.due_next_hour, s.waiting, s.delayed) == (2, 1, 1, 0)
     assert s.requests_by_state["scheduled"] == 2 and s.as_dict()["scheduled"] == 2
-    assert introspect.due_within(queue, 3 * 3_600_000) == 2
-    assert not introspect.drained(queue)
-    page = introspect.scheduled(queue, limit=1)
+    assert read.due_within(queue, 3 * 3_600_000) == 2
+    assert not read.drained(queue)
+    page = read.scheduled(queue, limit=1)
     assert [r.id for r in page.items] == ["soon"] and page.cursor is not None
-    page2 = introspect.scheduled(queue, after=page.cursor, limit=1)
+    page2 = read.scheduled(queue, after=page.cursor, limit=1)
     assert [r.id for r in page2.items] == ["later"] and page2.cursor is None
     assert page2.items[0].due_ms == clock.now + 7_200_000
 
@@ -160,7 +160,7 @@ def test_run_now_makes_it_due_at_once_and_only_once(queue: Queue, clock: FakeClo
     assert queue.run_now("r") == ("active", False)
     [lease] = queue.dequeue("w", 1)
     assert lease.request_id == "r"
-    assert introspect.stats(queue).scheduled == 0
+    assert read.stats(queue).scheduled == 0
     with pytest.raises(UnknownRequest):
         queue.run_now("nosuch")
 
@@ -172,7 +172,7 @@ def test_an_open_delayed_request_takes_tasks_and_a_seal_until_due(
     assert sub.state == "scheduled"
     assert queue.add("r", [1, 2]) == 2
     assert queue.dequeue("w", 10) == []
-    assert introspect.stats(queue).waiting == 0  # counted once due
+    assert read.stats(queue).waiting == 0  # counted once due
     assert queue.seal("r") == "scheduled"
     clock.advance(30_000)
     got = queue.dequeue("w", 10)

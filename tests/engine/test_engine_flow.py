@@ -15,9 +15,9 @@ from core.queue import (
     PayloadTooLarge,
     Queue,
     RequestIdTaken,
-    introspect,
+    read,
 )
-from core.queue.produce import SUBMIT_BATCH
+from core.queue.options import SUBMIT_BATCH
 from tests.conftest import FakeClock, keys_under
 
 
@@ -58,7 +58,7 @@ def test_a_flow_creates_the_request_its_held_follow_up_and_its_record_in_one_cal
     [nxt] = flow.then
     assert nxt is not None and (nxt.request_id, nxt.created, nxt.state, nxt.total) == (
         "p.next", True, "held", 1)
-    p, n = introspect.request(queue, "p"), introspect.request(queue, "p.next")
+    p, n = read.request(queue, "p"), read.request(queue, "p.next")
     assert p is not None
     assert (p.priority, p.tenant, p.then, p.after) == (70, "t1", ("p.next",), None)
     assert n is not None and (n.priority, n.max_attempts, n.after) == (60, 2, "p")
@@ -72,7 +72,7 @@ def test_a_flow_creates_the_request_its_held_follow_up_and_its_record_in_one_cal
     assert (sub_p["type"], sub_p["tasks"], sub_p["priority"]) == ("submitted", "2", "70")
     assert (sub_n["type"], sub_n["tasks"], sub_n["after"]) == ("submitted", "1", "p")
     # Only the request's tasks count as work that can run; the held one's once released.
-    assert redis_client.hgetall(queue.keys.stats) == {"w:70": "2", "submitted": "3"}
+    assert redis_client.hgetall(queue.keys.stats) == {"w:70:echo": "2", "submitted": "3"}
 
 
 def test_a_flow_stores_what_submit_and_submit_after_store(

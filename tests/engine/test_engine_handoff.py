@@ -8,7 +8,7 @@ from typing import Any
 
 import redis
 
-from core.queue import Queue, introspect
+from core.queue import Queue, read
 from core.queue.client import wait_for_any
 from tests.conftest import FakeClock
 
@@ -25,9 +25,9 @@ def test_an_idle_worker_is_handed_new_work_directly(queue: Queue, clock: FakeClo
     assert woken is not None
     q, [lease] = woken
     assert q is queue and lease.payload == {"n": 1} and lease.attempt == 1
-    [entry] = introspect.pending(queue, "r")
+    [entry] = read.pending(queue, "r")
     assert entry.consumer == "w1" and entry.lease_expires_ms == clock.now + 5000
-    assert introspect.request(queue, "r").leased == 1  # type: ignore[union-attr]
+    assert read.request(queue, "r").leased == 1  # type: ignore[union-attr]
     queue.ack(lease)
     assert queue.state("r") == "done"
 
@@ -78,7 +78,7 @@ def test_the_concurrency_limit_holds_for_handoffs(queue: Queue) -> None:
     queue.submit(list(range(5)), request_id="r", concurrency=2, handler="echo")
     handed = [lease for i in range(3) for lease in queue.leave_idle(f"w{i}", 5000)]
     assert len(handed) == 2
-    info = introspect.request(queue, "r")
+    info = read.request(queue, "r")
     assert info is not None and (info.leased, info.waiting) == (2, 3)
 
 
@@ -141,7 +141,7 @@ def test_a_handed_task_left_on_the_list_comes_back_with_the_next_dequeue_renewed
     _, leases, _ = queue.ack_and_dequeue("w1", 4, lease_ms=2000, idle_handoff=True)
     assert [x.payload for x in leases] == [1]
     assert redis_client.llen(queue.keys.handoff("w1")) == 0
-    [entry] = introspect.pending(queue, "r")
+    [entry] = read.pending(queue, "r")
     assert entry.lease_expires_ms == clock.now + 2000
     clock.advance(1999)
     assert queue.reap() == []

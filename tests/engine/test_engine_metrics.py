@@ -9,7 +9,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from core.queue import InvalidInput, LeaseLost, Queue, RedisUnavailable, introspect
+from core.queue import InvalidInput, LeaseLost, Queue, RedisUnavailable, read
 from core.queue.metrics import (
     BUCKETS_MS,
     KEEP_MS,
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::core.queue.errors.UnknownHandle
 
 def minute(q: Queue, at: int | None = None) -> dict[str, HandlerCounts]:
     m = minute_of(q.now_ms() if at is None else at)
-    return introspect.handler_metrics(q, m, m).get(m, {})
+    return read.handler_metrics(q, m, m).get(m, {})
 
 
 def test_acks_count_done_and_run_times_per_handler(queue: Queue, clock: FakeClock) -> None:
@@ -113,7 +113,7 @@ def test_minutes_are_kept_apart(queue: Queue, clock: FakeClock) -> None:
     first = minute_of(clock.now)
     clock.advance(60_000)
     queue.ack(y, duration=0.001)
-    got = introspect.handler_metrics(queue, first - 5)
+    got = read.handler_metrics(queue, first - 5)
     assert sorted(got) == [first, first + 1]
     assert [got[m]["h"].done for m in sorted(got)] == [1, 1]
 
@@ -129,7 +129,7 @@ def test_a_queue_with_metrics_off_counts_nothing(
     clock.advance(z.lease_ms + 1)
     q.reap()
     assert redis_client.exists(q.keys.metrics(minute_of(clock.now))) == 0
-    assert introspect.stats(q).totals["done"] == 1  # the queue itself counted as ever
+    assert read.stats(q).totals["done"] == 1  # the queue itself counted as ever
 
 
 def test_a_batch_costs_a_few_commands_whatever_its_size(
@@ -248,4 +248,4 @@ def test_reading_is_bounded(queue: Queue) -> None:
     from core.queue import InvalidInput
 
     with pytest.raises(InvalidInput):
-        introspect.handler_metrics(queue, 0, 10_000)
+        read.handler_metrics(queue, 0, 10_000)

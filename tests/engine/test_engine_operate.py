@@ -15,7 +15,7 @@ from core.queue import (
     RequestCancelled,
     RequestSealed,
     UnknownRequest,
-    introspect,
+    read,
 )
 from core.queue.scripts import SCRIPT_NAMES, source
 from tests.conftest import FakeClock
@@ -66,7 +66,7 @@ def test_cancel_drops_waiting_and_delayed_and_flags_running_tasks(
     assert queue.extend([b]) == [2]  # the worker learns its task's request is cancelled
     assert queue.release([b]) == [2]
     assert queue.wait("r", timeout=0) == "cancelled"
-    info = introspect.request(queue, "r")
+    info = read.request(queue, "r")
     assert info is not None and (info.cancelled, info.waiting, info.delayed, info.leased) == (
         6,
         0,
@@ -74,7 +74,7 @@ def test_cancel_drops_waiting_and_delayed_and_flags_running_tasks(
         0,
     )
     assert redis_client.zcard(queue.keys.delayed) == 0
-    assert introspect.stats(queue).waiting == 0
+    assert read.stats(queue).waiting == 0
     assert completions(redis_client, queue, "r") == ["cancelled"]
 
 
@@ -83,7 +83,7 @@ def test_a_running_task_of_a_cancelled_request_may_still_finish(queue: Queue) ->
     lease = queue.dequeue("w", 1)[0]
     queue.cancel("r")
     queue.ack(lease)
-    info = introspect.request(queue, "r")
+    info = read.request(queue, "r")
     assert info is not None and (info.state, info.done, info.cancelled) == ("cancelled", 1, 1)
 
 
@@ -108,7 +108,7 @@ def test_requeue_by_dead_letter_id_reopens_a_failed_request(
     for lease in queue.dequeue("w", 2):
         queue.fail(lease, "boom")
     assert queue.state("r") == "failed"
-    letters = introspect.dead_letters(queue)
+    letters = read.dead_letters(queue)
     assert queue.requeue([letters[0].id]) == (1, 0)
     assert queue.requeue([letters[0].id]) == (0, 1)  # already requeued
     assert queue.state("r") == "active"
@@ -120,10 +120,10 @@ def test_requeue_by_dead_letter_id_reopens_a_failed_request(
     queue.ack(queue.dequeue("w", 1)[0])
     assert queue.wait("r", timeout=0) == "done"
     assert completions(redis_client, queue, "r") == ["failed", "failed", "done"]
-    assert introspect.dead_letters(queue) == []
+    assert read.dead_letters(queue) == []
     # The queue's totals count what happened, requeues or not: two failures, then two done
     # (the Overview's "failed per minute" and /metrics' counters read them).
-    totals = introspect.stats(queue).totals
+    totals = read.stats(queue).totals
     assert (totals["failed"], totals["done"], totals["submitted"]) == (2, 2, 2)
 
 
@@ -133,7 +133,7 @@ def test_requeue_refuses_cancelled_and_unknown_requests(queue: Queue) -> None:
     queue.cancel("r")
     with pytest.raises(RequestCancelled):
         queue.requeue_request("r")
-    assert queue.requeue([introspect.dead_letters(queue)[0].id]) == (0, 1)
+    assert queue.requeue([read.dead_letters(queue)[0].id]) == (0, 1)
     with pytest.raises(UnknownRequest):
         queue.requeue_request("missing")
 
@@ -144,7 +144,7 @@ def test_claim_voids_the_old_lease_and_moves_the_task_once_its_old_run_is_over(
     queue.submit([{"k": 1}], request_id="r", max_attempts=1, handler="echo")
     old = queue.dequeue("stuck", 1)[0]
     assert queue.claim("r", old.task_id, "rescuer") == "stuck"
-    [entry] = introspect.pending(queue, "r")
+    [entry] = read.pending(queue, "r")
     assert (entry.consumer, entry.lease_expires_ms, entry.moves_by_ms) == (
         "stuck", None, clock.now + old.lease_ms)
     assert queue.leave_idle("rescuer") == []  # not while the old run may still go on
@@ -152,7 +152,7 @@ def test_claim_voids_the_old_lease_and_moves_the_task_once_its_old_run_is_over(
         queue.ack(old)  # refused; it also says the old run is over
     [new] = queue.leave_idle("rescuer")  # handed to the rescuer
     assert (new.payload, new.attempt, new.task_id) == ({"k": 1}, 1, old.task_id)
-    [entry] = introspect.pending(queue, "r")
+    [entry] = read.pending(queue, "r")
     assert entry.consumer == "rescuer" and entry.lease_expires_ms == clock.now + new.lease_ms
     assert entry.moves_by_ms is None
     queue.ack(new)
@@ -178,7 +178,7 @@ def test_stats_requests_and_pending_views(queue: Queue, clock: FakeClock) -> Non
     queue.open(request_id="c", handler="echo")
     lease_a = queue.dequeue("w", 1)[0]
     queue.fail(queue.dequeue("w", 1)[0], "boom")
-    stats = introspect.stats(queue)
+    stats = read.stats(queue)
     assert stats.waiting_by_priority == {70: 2}
     assert (stats.waiting, stats.leased, stats.delayed, stats.dead) == (2, 1, 0, 1)
     assert stats.requests_by_state == {
@@ -191,15 +191,15 @@ def test_stats_requests_and_pending_views(queue: Queue, clock: FakeClock) -> Non
         "failed": 1,
         "cancelled": 0,
     }
-    page, cursor = introspect.requests(queue, "active", limit=1)
+    page, cursor = read.requests(queue, "active", limit=1)
     assert [r.id for r in page] == ["a"] and cursor is None
     assert [r.waiting for r in page] == [2]
-    [entry] = introspect.pending(queue, "a")
+    [entry] = read.pending(queue, "a")
     assert (entry.task_id, entry.consumer, entry.deliveries) == (lease_a.task_id, "w", 1)
-    assert [e.consumer for e in introspect.pending(queue, "b")] == ["~dead"]
-    assert introspect.request(queue, "zzz") is None
+    assert [e.consumer for e in read.pending(queue, "b")] == ["~dead"]
+    assert read.request(queue, "zzz") is None
     with pytest.raises(ValueError, match="unknown state"):
-        introspect.requests(queue, "bogus")
+        read.requests(queue, "bogus")
 
 
 def test_requests_are_paged_newest_first(queue: Queue, clock: FakeClock) -> None:
@@ -208,7 +208,7 @@ def test_requests_are_paged_newest_first(queue: Queue, clock: FakeClock) -> None
         queue.submit([1], request_id=f"r{i}", handler="echo")
     seen, cursor = [], None
     while True:
-        page, cursor = introspect.requests(queue, "active", after=cursor, limit=2)
+        page, cursor = read.requests(queue, "active", after=cursor, limit=2)
         seen += [r.id for r in page]
         if cursor is None:
             break
@@ -224,15 +224,15 @@ def test_heartbeat_registers_the_worker_and_renews_its_leases(
     assert queue.heartbeat("w1", {"host": "h", "pid": 42}, [lease]) == [1]
     clock.advance(900)
     assert queue.reap() == []
-    [worker] = introspect.workers(queue).items
+    [worker] = read.workers(queue).items
     assert (worker.name, worker.last_beat_ms, worker.info) == (
         "w1",
         clock.now - 900,
         {"host": "h", "pid": 42},
     )
-    assert introspect.stats(queue).workers == 1
+    assert read.stats(queue).workers == 1
     queue.unregister("w1")
-    assert introspect.workers(queue).items == []
+    assert read.workers(queue).items == []
 
 
 def test_every_script_documents_its_contract() -> None:

@@ -16,7 +16,7 @@ from core.queue import (
     RequestSealed,
     UnknownRequest,
     handlers,
-    introspect,
+    read,
 )
 from core.queue.errors import InvalidPayload, UnknownHandlerWarning
 from core.queue.models import HandlerOffer
@@ -162,7 +162,7 @@ def test_oversize_and_unserialisable_payloads_are_refused_whole(
     queue.open(request_id="o", handler="echo")
     with pytest.raises(PayloadTooLarge):
         small.add("o", ["x" * 2000])
-    assert introspect.request(queue, "o").total == 0  # type: ignore[union-attr]
+    assert read.request(queue, "o").total == 0  # type: ignore[union-attr]
 
 
 def test_multibyte_payloads_are_measured_in_bytes(redis_client: redis.Redis, prefix: str) -> None:
@@ -174,7 +174,7 @@ def test_multibyte_payloads_are_measured_in_bytes(redis_client: redis.Redis, pre
 def test_a_large_submit_is_split_into_batches_but_stays_one_request(queue: Queue) -> None:
     sub = queue.submit(list(range(25_000)), request_id="big", concurrency=100_000, handler="echo")
     assert (sub.created, sub.state, sub.total) == (True, "active", 25_000)
-    info = introspect.request(queue, "big")
+    info = read.request(queue, "big")
     assert info is not None and info.waiting == 25_000
     got = [lease for _ in range(26) for lease in queue.dequeue("w", 1000)]
     assert [lease.payload for lease in got] == list(range(25_000))
@@ -199,7 +199,7 @@ def test_a_retried_large_submit_resumes_where_the_first_attempt_stopped(
     queue: Queue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from core.queue import RedisUnavailable
-    from core.queue.produce import SUBMIT_BATCH
+    from core.queue.options import SUBMIT_BATCH
 
     tasks = list(range(SUBMIT_BATCH * 2 + 5))
     real_add = Queue._add
@@ -252,7 +252,7 @@ def test_one_value_given_as_the_tasks_is_refused_not_split_into_tasks(
     queue.open(request_id="o", handler="echo")
     with pytest.raises(InvalidInput, match="tasks must be a list"):
         queue.add("o", tasks)  # type: ignore[arg-type]
-    assert introspect.request(queue, "o").total == 0  # type: ignore[union-attr]
+    assert read.request(queue, "o").total == 0  # type: ignore[union-attr]
 
 
 def test_any_other_iterable_of_tasks_is_taken_in_order(queue: Queue) -> None:
@@ -287,7 +287,7 @@ def test_nan_and_infinity_are_refused_instead_of_arriving_as_null(
     queue.open(request_id="o", handler="echo")
     with pytest.raises(InvalidPayload, match="NaN or Infinity"):
         queue.add("o", [task])
-    assert introspect.request(queue, "o").total == 0  # type: ignore[union-attr]
+    assert read.request(queue, "o").total == 0  # type: ignore[union-attr]
 
 
 def test_null_itself_and_the_word_null_still_go_through(queue: Queue) -> None:
@@ -326,7 +326,7 @@ def test_options_beyond_their_bounds_are_refused_naming_the_option(
 def test_the_largest_accepted_options_complete_a_request_with_its_event(
     queue: Queue, redis_client: redis.Redis
 ) -> None:
-    from core.queue.produce import MAX_BACKOFF_MS, MAX_LEASE_MS, MAX_RETENTION_MS
+    from core.queue.options import MAX_BACKOFF_MS, MAX_LEASE_MS, MAX_RETENTION_MS
 
     queue.submit([1], request_id="r", handler="echo", lease_ms=MAX_LEASE_MS,
                  retention_ms=MAX_RETENTION_MS, backoff_ms=MAX_BACKOFF_MS,
@@ -388,7 +388,7 @@ def test_a_handler_no_worker_announced_warns_once_per_queue_and_handler(
     assert "handler 'thumb'" in messages[1]
     assert "queue 'other'" in messages[2]
     assert all(w.filename == __file__ for w in caught)  # points at the caller's line
-    assert introspect.stats(queue).requests_by_state["active"] == 4  # warned, still accepted
+    assert read.stats(queue).requests_by_state["active"] == 4  # warned, still accepted
 
 
 def test_the_warning_points_at_the_caller_of_open_too(queue: Queue) -> None:
@@ -435,22 +435,35 @@ def test_a_failed_handler_check_does_not_fail_the_submit_it_follows(
     monkeypatch.setattr(handlers, "names", down)
     caught = submit_recording(queue, "resize")
     assert caught == []
-    assert queue.state(introspect.requests(queue, "active").items[0].id) == "active"
+    assert queue.state(read.requests(queue, "active").items[0].id) == "active"
 
 
-def test_announce_records_each_handler_with_its_last_worker_and_time(
+def test_an_announcement_lives_while_its_worker_beats_and_ends_with_it(
     queue: Queue, clock: FakeClock
 ) -> None:
-    handlers.announce(queue, "w1", ["resize", "thumb"])
+    """Issue 33: an announcement ends with its worker's heartbeat, so a producer is not told
+    a handler runs after the only worker that ran it is gone."""
+    handlers.announce(queue, "w1", ["resize", "thumb"], live_ms=10_000)
     clock.advance(5000)
-    handlers.announce(queue, "w2", ["thumb"])
+    handlers.announce(queue, "w2", ["thumb"], live_ms=10_000)
     handlers.announce(queue, "w3", [])
-
     assert handlers.known(queue) == {
-        "resize": HandlerOffer("resize", clock.now - 5000, "w1"),
-        "thumb": HandlerOffer("thumb", clock.now, "w2"),
+        "resize": HandlerOffer("resize", clock.now + 5000, "w1"),
+        "thumb": HandlerOffer("thumb", clock.now + 10_000, "w2"),
     }
     assert handlers.names(queue) == {"resize", "thumb"}
+
+    clock.advance(6000)  # w1 never beat: its announcement lapsed
+    assert handlers.names(queue) == {"thumb"}
+    queue.heartbeat("w2", {}, lease_ms=10_000)  # a beat renews what w2 announced
+    clock.advance(9000)
+    assert handlers.names(queue) == {"thumb"}
+    queue.unregister("w2")  # a worker that stops withdraws it at once
+    assert handlers.known(queue) == {}
+
+    handlers.announce(queue, "w4", ["a", "b"])
+    handlers.announce(queue, "w4", ["b"])  # restarted without "a": withdrawn
+    assert handlers.names(queue) == {"b"}
     with pytest.raises(InvalidInput, match="invalid handler name"):
         handlers.announce(queue, "w1", ["a:b"])
     with pytest.raises(InvalidInput, match="invalid worker name"):

@@ -1,5 +1,5 @@
 """Progress and log lines from a running task (Queue.progress, progress.lua): written only by
-the holder of a live lease, bounded, read back by introspect, and kept exactly as long as
+the holder of a live lease, bounded, read back by core.queue.read, and kept exactly as long as
 the request."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 import redis
 
-from core.queue import InvalidInput, Queue, introspect
+from core.queue import InvalidInput, Queue, read
 from core.queue.consume import LOG_LINES, MAX_LINE_CHARS, MAX_MESSAGE_CHARS
 from tests.conftest import FakeClock
 
@@ -23,7 +23,7 @@ def test_a_report_is_read_back_with_its_log_lines_and_the_servers_time(
     (lease,) = queue.dequeue("w1", 1)
     assert queue.progress(lease, done=3, total=10, message="rows 3 of 10", worker="w1",
                           lines=[(250, "opened the file"), (0, "read 3 rows")])
-    (p,) = introspect.progress(queue, "r")
+    (p,) = read.progress(queue, "r")
     assert (p.task_id, p.done, p.total, p.message, p.worker) == (
         lease.task_id, 3, 10, "rows 3 of 10", "w1")
     assert p.percent == 30.0 and p.running
@@ -32,10 +32,10 @@ def test_a_report_is_read_back_with_its_log_lines_and_the_servers_time(
         (clock.now - 250, "opened the file"), (clock.now, "read 3 rows")]
     clock.advance(1000)
     assert queue.progress(lease, done=4.5, total=10, worker="w1")  # lines stay
-    (p,) = introspect.progress(queue, "r")
+    (p,) = read.progress(queue, "r")
     assert (p.done, p.message, len(p.log), p.updated_ms) == (4.5, "", 2, clock.now)
     # By task, for the workers page (which knows its tasks run: not looked up).
-    assert introspect.task_progress(queue, [("r", lease.task_id), ("r", "1-0")]) == {
+    assert read.task_progress(queue, [("r", lease.task_id), ("r", "1-0")]) == {
         ("r", lease.task_id): replace(p, running=False)}
 
 
@@ -50,12 +50,12 @@ def test_a_run_whose_lease_is_gone_cannot_write(queue: Queue, clock: FakeClock) 
     assert not queue.progress(old, done=2, total=2, lines=[(0, "stale")])  # reaped
     queue.ack(other)
     assert not queue.progress(other, done=9, total=9)  # acked
-    (p,) = introspect.progress(queue, "r")
+    (p,) = read.progress(queue, "r")
     assert (p.done, p.log, p.running) == (1, (), False)  # reaped: it waits to run again
     new = queue.dequeue("w2", 1)[0]
     assert new.task_id == old.task_id
     assert queue.progress(new, done=0, total=2, worker="w2")
-    assert introspect.progress(queue, "r")[0].worker == "w2"
+    assert read.progress(queue, "r")[0].worker == "w2"
 
 
 def test_text_is_capped_lines_are_the_last_ones_and_bad_numbers_are_refused(
@@ -67,7 +67,7 @@ def test_text_is_capped_lines_are_the_last_ones_and_bad_numbers_are_refused(
                    lines=[(0, f"line {i} " + "x" * 1000) for i in range(LOG_LINES + 5)])
     for i in range(7):
         queue.progress(lease, lines=[(0, f"more {i}")])
-    (p,) = introspect.progress(queue, "r")
+    (p,) = read.progress(queue, "r")
     assert p.message == "é" * (MAX_MESSAGE_CHARS - 1) + "\u2026"
     assert p.total is None and p.percent is None
     assert len(p.log) == LOG_LINES
@@ -86,7 +86,7 @@ def test_a_request_keeps_the_most_recently_written_tasks_only(
     for lease in leases:
         clock.advance(1)
         assert queue.progress(lease, done=1, total=1, lines=[(0, "hi")])
-    shown = introspect.progress(queue, "r")
+    shown = read.progress(queue, "r")
     assert len(shown) == 64
     assert [p.task_id for p in shown] == [x.task_id for x in reversed(leases[6:])]
     hash_fields = queue.redis.hlen(queue.keys.progress("r"))
@@ -124,5 +124,5 @@ def test_a_request_without_progress_has_no_progress_keys(
     queue.submit([1], request_id="r", handler="h")
     queue.ack(queue.dequeue("w", 1)[0])
     assert _progress_keys(redis_client, queue, "r") == [-2, -2]
-    assert introspect.progress(queue, "r") == []
+    assert read.progress(queue, "r") == []
     assert "prog" not in redis_client.hgetall(queue.keys.request("r"))

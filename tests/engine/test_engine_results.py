@@ -17,7 +17,7 @@ from core.queue import (
     Queue,
     ResultTooLarge,
     UnknownRequest,
-    introspect,
+    read,
 )
 from core.worker import Registry, TaskContext, Worker, WorkerConfig
 from tests.conftest import FakeClock
@@ -71,7 +71,7 @@ def test_a_result_past_the_cap_is_refused_naming_its_size_and_the_cap(
     assert "101 bytes" in str(caught.value) and "the cap is 100 bytes" in str(caught.value)
     assert "own storage" in str(caught.value)
     assert q.state("r") == "active"  # nothing was sent: the task is still leased
-    assert introspect.request(q, "r").leased == 1  # type: ignore[union-attr]
+    assert read.request(q, "r").leased == 1  # type: ignore[union-attr]
 
 
 def test_the_default_cap_is_64_kib(queue: Queue) -> None:
@@ -221,7 +221,7 @@ def test_a_request_with_many_results_is_read_in_pages(queue: Queue) -> None:
     results = queue.result("r")
     assert len(results) == n
     assert list(results.values()) == [i * 2 for i in range(n)]  # task order, not hash order
-    page = introspect.results(queue, "r", count=100)
+    page = read.results(queue, "r", count=100)
     assert page.total == n and page.cursor != 0 and 0 < len(page.items) < n
 
 
@@ -229,12 +229,12 @@ def test_introspect_pages_results_and_reads_one_whole(queue: Queue) -> None:
     queue.submit([1, 2, 3], request_id="r", handler="echo")
     leases = queue.dequeue("w", 3)
     queue.ack_many(leases, ["one", None, {"three": 3}])
-    page = introspect.results(queue, "r")
+    page = read.results(queue, "r")
     assert page.total == 2 and page.cursor == 0
     assert page.items == [(leases[0].task_id, '"one"'), (leases[2].task_id, '{"three":3}')]
-    assert introspect.result_text(queue, "r", leases[2].task_id) == '{"three":3}'
-    assert introspect.result_text(queue, "r", leases[1].task_id) is None
-    assert introspect.results(queue, "nope").total == 0
+    assert read.result_text(queue, "r", leases[2].task_id) == '{"three":3}'
+    assert read.result_text(queue, "r", leases[1].task_id) is None
+    assert read.results(queue, "nope").total == 0
 
 
 # -- the worker --------------------------------------------------------------------------
@@ -284,7 +284,7 @@ def test_a_worker_dead_letters_a_result_too_large_or_not_json_at_once(
     _run_burst(q, registry)
     assert sorted(calls) == ["big", "set", "small"]  # each ran once: no retry loop
     assert q.wait("r", timeout=5) == "failed"
-    letters = {d.payload: d for d in introspect.dead_letters(q)}
+    letters = {d.payload: d for d in read.dead_letters(q)}
     assert set(letters) == {'"big"', '"set"'}
     assert letters['"big"'].error.startswith(
         "ResultTooLarge: the handler's result is 2,002 bytes as JSON; the cap is 1,000 bytes"

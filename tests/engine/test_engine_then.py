@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import redis
 
-from core.queue import InvalidInput, Queue, UnknownRequest, introspect
+from core.queue import InvalidInput, Queue, UnknownRequest, read
 
 
 def events_of(redis_client: redis.Redis, queue: Queue, rid: str, kind: str) -> list[dict[str, str]]:
@@ -44,9 +44,9 @@ def test_a_follow_up_waits_for_its_parent_then_runs_once(
     queue.ack(follow)
     assert queue.wait("next", timeout=1) == "done"
     assert len(events_of(redis_client, queue, "next", "unheld")) == 1
-    info = introspect.request(queue, "next")
+    info = read.request(queue, "next")
     assert info is not None and info.after == "parent"
-    parent = introspect.request(queue, "parent")
+    parent = read.request(queue, "parent")
     assert parent is not None and parent.then == ("next",)
 
 
@@ -60,7 +60,7 @@ def test_submit_after_is_idempotent_and_refuses_an_unknown_parent(
     queue.submit_after("p", [1], request_id="x", handler="echo")
     again = queue.submit_after("p", [1, 2], request_id="x", handler="echo")
     assert (again.created, again.state, again.total) == (False, "held", 1)
-    parent = introspect.request(queue, "p")
+    parent = read.request(queue, "p")
     assert parent is not None and parent.then == ("x",)  # registered once
     with pytest.raises(InvalidInput):
         queue.submit_after("p", [], handler="echo")
@@ -83,13 +83,13 @@ def test_a_cancelled_parent_cancels_its_follow_ups_down_the_chain(
     queue.submit_after("n1", [1], request_id="n2", handler="echo")
     queue.cancel("p")
     assert [queue.state(r) for r in ("p", "n1", "n2")] == ["cancelled"] * 3
-    info = introspect.request(queue, "n1")
+    info = read.request(queue, "n1")
     assert info is not None and (info.cancelled, info.waiting) == (2, 0)
     assert [f["state"] for f in events_of(redis_client, queue, "n2", "completed")] == ["cancelled"]
     # Submitted after the parent was cancelled: cancelled at once, nothing ever runs.
     assert queue.submit_after("p", [1], request_id="n3", handler="echo").state == "cancelled"
     assert queue.dequeue("w", 10) == []
-    assert int(redis_client.hget(queue.keys.stats, "w:50") or 0) == 0
+    assert int(redis_client.hget(queue.keys.stats, "w:50:echo") or 0) == 0
 
 
 def test_a_failed_parent_keeps_its_follow_up_held_until_a_requeue_finishes_it(
@@ -138,16 +138,16 @@ def test_held_tasks_are_not_counted_as_work_that_can_run(
     waiting stats, so a --burst worker stops when only held work is left."""
     queue.submit([1], request_id="p", handler="echo", max_attempts=1)
     queue.submit_after("p", [1, 2], request_id="n", handler="echo")
-    info = introspect.request(queue, "n")
+    info = read.request(queue, "n")
     assert info is not None and info.waiting == 2
-    assert int(redis_client.hget(queue.keys.stats, "w:50") or 0) == 1
+    assert int(redis_client.hget(queue.keys.stats, "w:50:echo") or 0) == 1
     finish_all(queue, fail=True)
-    assert introspect.drained(queue)  # p failed: n stays held, and nothing can run
+    assert read.drained(queue)  # p failed: n stays held, and nothing can run
     assert queue.requeue_request("p") == 1
     finish_all(queue)
     assert queue.state("n") == "done"
-    assert int(redis_client.hget(queue.keys.stats, "w:50") or 0) == 0
+    assert int(redis_client.hget(queue.keys.stats, "w:50:echo") or 0) == 0
     queue.submit([1], request_id="p2", handler="echo")
     queue.submit_after("p2", [1, 2], request_id="n2", handler="echo")
     queue.cancel("n2")
-    assert int(redis_client.hget(queue.keys.stats, "w:50") or 0) == 1
+    assert int(redis_client.hget(queue.keys.stats, "w:50:echo") or 0) == 1

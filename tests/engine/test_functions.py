@@ -18,15 +18,15 @@ from core.queue.scripts import SCRIPT_NAMES, build, call, library, load
 from core.stack.redis_server import RedisCluster, RedisServer, start_cluster, start_redis
 from tests.conftest import FakeClock
 
-HELPERS = (
-    "local X = 1\nlocal function begin(keys) end\nlocal function finish(result) return result end\n"
-)
+# The smallest helper set: base (begin) and finish, which every operation gets.
+BASE = "local X = 1\nlocal function begin(keys) end\n"
+FINISH = "--@include base\nlocal function finish(result) X = 2 return result end\n"
 
 
 def fake_files(files: dict[str, str]) -> Callable[[str], str]:
     def read(name: str) -> str:
         try:
-            return files[name]
+            return {"_base": BASE, "_finish": FINISH, **files}[name]
         except KeyError:
             raise FileNotFoundError(name) from None
 
@@ -35,14 +35,15 @@ def fake_files(files: dict[str, str]) -> Callable[[str], str]:
 
 def test_the_library_holds_each_helper_once_and_every_operation_as_a_function() -> None:
     files = {
-        "_h": HELPERS,
-        "a": "--[[ a: header ]]\n--@include h\nreturn ARGV[1]\n",
-        "b": "--@include h\nif KEYS[9] then return 1 end\nreturn 2\n",
+        "_h": "--@include base\nlocal function h() return X end\n",
+        "a": "--[[ a: header ]]\n--@include h\nreturn h(ARGV[1])\n",
+        "b": "--@include h\nif KEYS[9] then return h() end\nreturn 2\n",
     }
     lib = build(["a", "b"], read=fake_files(files))
     assert re.fullmatch(r"qa_[0-9a-f]{8}", lib.name)
     assert lib.text.startswith(f"#!lua name={lib.name}\n")
     assert lib.text.count("local function begin(keys)") == 1
+    assert lib.text.count("local function h()") == 1
     assert "--@include" not in lib.text
     assert lib.functions == {"a": f"{lib.name}_a", "b": f"{lib.name}_b"}
     for op in ("a", "b"):
@@ -52,14 +53,17 @@ def test_the_library_holds_each_helper_once_and_every_operation_as_a_function() 
             "return finish((function()\n"
             in lib.text
         )
-    assert lib.text.index("local X = 1") < lib.text.index("register_function")
+    # Each helper after the helpers it includes, all before the functions.
+    at = lib.text.index
+    assert at("local X = 1") < at("local function finish") < at("register_function")
+    assert at("local X = 1") < at("local function h()") < at("register_function")
 
 
 def test_the_library_name_follows_its_text() -> None:
-    files = {"_h": HELPERS, "a": "--@include h\nreturn 1\n"}
+    files = {"a": "return 1\n"}
     one = build(["a"], read=fake_files(files))
     assert build(["a"], read=fake_files(files)) == one
-    files["a"] = "--@include h\nreturn 2\n"
+    files["a"] = "return 2\n"
     two = build(["a"], read=fake_files(files))
     assert two.name != one.name and two.functions["a"] != one.functions["a"]
 
@@ -67,14 +71,38 @@ def test_the_library_name_follows_its_text() -> None:
 def test_a_bad_include_fails_the_build_clearly() -> None:
     with pytest.raises(LookupError, match=r"--@include zzz in a\.lua: no file lua/_zzz\.lua"):
         build(["a"], read=fake_files({"a": "--@include zzz\n"}))
-    nested = {"_h": "--@include g\n", "_g": HELPERS, "a": "--@include h\n"}
-    with pytest.raises(ValueError, match="one level only"):
-        build(["a"], read=fake_files(nested))
+    cycle = {"_g": "--@include h\nlocal function g() return h() end\n",
+             "_h": "--@include g\nlocal function h() return g() end\n", "a": "--@include h\n"}
+    with pytest.raises(ValueError, match="in a cycle: a -> h -> g -> h"):
+        build(["a"], read=fake_files(cycle))
     with pytest.raises(ValueError, match="must define `local function begin"):
-        build(["a"], read=fake_files({"_h": "local X = 1\n", "a": "--@include h\n"}))
-    no_finish = {"_h": "local function begin(keys) end\n", "a": "--@include h\n"}
+        build(["a"], read=lambda n: {"_base": "local X = 1\n", "_finish": FINISH,
+                                     "a": "return 1\n"}[n])
     with pytest.raises(ValueError, match="must define `local function finish"):
-        build(["a"], read=fake_files(no_finish))
+        build(["a"], read=lambda n: {"_base": BASE, "_finish": "--@include base\nX = 1\n",
+                                     "a": "return 1\n"}[n])
+
+
+def test_a_file_includes_what_it_uses_and_only_that() -> None:
+    """The loader checks each operation and helper: a helper's name used without its
+    include, or an include of which nothing is used, fails the build; a name in a comment
+    or a string, or a field of the same name (h.g), is not a use."""
+    helpers = {"_g": "--@include base\nlocal function g() return X end\nlocal G_MAX = 3\n",
+               "_h": "--@include base g\nlocal function h() return g() end\n"}
+    ok = {**helpers, "a": "--@include h g\n-- g() in a comment\nlocal t = {g = 'g()'}\n"
+                          "return h() + G_MAX + t.g\n"}
+    build(["a"], read=fake_files(ok))
+    hidden = {**helpers, "a": "--@include h\nreturn h() + g()\n"}  # g only through h
+    with pytest.raises(ValueError, match=r"lua/a\.lua uses g without including it"):
+        build(["a"], read=fake_files(hidden))
+    unused = {**helpers, "a": "--@include h g\nreturn h()\n"}
+    with pytest.raises(ValueError, match=r"lua/a\.lua includes g but uses nothing of it"):
+        build(["a"], read=fake_files(unused))
+    in_helper = {"_g": helpers["_g"],
+                 "_h": "--@include base\nlocal function h() return g() end\n",
+                 "a": "--@include h\nreturn h()\n"}
+    with pytest.raises(ValueError, match=r"lua/_h\.lua uses g without including it"):
+        build(["a"], read=fake_files(in_helper), known=["g"])
 
 
 def test_every_operation_is_in_the_engine_library() -> None:
@@ -149,8 +177,9 @@ def test_two_versions_of_the_library_serve_one_redis_side_by_side(
     load(redis_client, current)
     load(redis_client, newer)
     keys = [*queue.keys.script_keys, queue.keys.request("r"), queue.keys.tasks("r")]
-    args = ["r", 0, 50, 10, "default", "echo", 3, 30_000, 86_400_000, 1000, 300_000, 1, "",
-            b"7"]  # ...mode 1 (sealed), due "" (now), one payload
+    args = ["r", 0, 50, 10, "default", "echo", 3, 30_000, 86_400_000, 1000, 300_000, "", 1,
+            "", "", "", b"7"]  # ...no resources, mode 1 (sealed), due "" (now), no unique key,
+    # no trace context, one payload
     assert call(redis_client, newer, "submit", keys, args)[0] == 1
     assert call(redis_client, current, "submit", keys, args)[0] == 0  # idempotent: exists
     assert [lease.payload for lease in queue.dequeue("w", 5)] == [7]

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import redis
 
-from core.queue import InvalidInput, Queue, introspect
+from core.queue import InvalidInput, Queue, read
 from core.queue.models import Page, PageCursor
 from core.queue.prune import WORKER_RETENTION_MS, prune_workers
 from tests.conftest import FakeClock
@@ -43,7 +43,7 @@ def test_a_full_walk_sees_every_request_once_when_thousands_enter_a_state_in_one
         queue.submit([1], request_id=ids[-1], handler="echo")
 
     for limit in (50, 333):
-        seen = walk(lambda **kw: introspect.requests(queue, "active", **kw), limit)
+        seen = walk(lambda **kw: read.requests(queue, "active", **kw), limit)
         assert len(seen) == 10_001
         assert sorted(r.id for r in seen) == ids
         keys = [(r.updated_ms, r.id) for r in seen]
@@ -59,13 +59,13 @@ def test_a_walk_goes_on_when_the_request_under_its_cursor_leaves_the_state(
     clock.advance(1)
     queue.submit([1], request_id="newer", handler="echo")
 
-    first = introspect.requests(queue, "active", limit=4)
+    first = read.requests(queue, "active", limit=4)
     assert [r.id for r in first.items] == ["newer", "r9", "r8", "r7"]
     queue.cancel("r7")  # the cursor's request leaves "active"
     queue.cancel("r5")  # and one further on
     rest = walk(
-        lambda after, limit: introspect.requests(queue, "active", after=after or first.cursor,
-                                                 limit=limit),
+        lambda after, limit: read.requests(queue, "active", after=after or first.cursor,
+                                           limit=limit),
         3,
     )
     assert [r.id for r in rest] == ["r6", "r4", "r3", "r2", "r1", "r0"]
@@ -77,12 +77,12 @@ def test_a_request_that_reenters_the_state_is_not_seen_twice(
     clock.advance(1)
     for i in range(6):
         queue.submit([1], request_id=f"r{i}", handler="echo")
-    first = introspect.requests(queue, "active", limit=3)
+    first = read.requests(queue, "active", limit=3)
     assert [r.id for r in first.items] == ["r5", "r4", "r3"]
     # r3 re-enters "active" later (a newer score): the walk goes on after its old place.
     clock.advance(5)
     queue.redis.zadd(queue.keys.state_index("active"), {"r3": clock.now})
-    rest = introspect.requests(queue, "active", after=first.cursor, limit=10)
+    rest = read.requests(queue, "active", after=first.cursor, limit=10)
     assert [r.id for r in rest.items] == ["r2", "r1", "r0"]
     assert rest.cursor is None
 
@@ -97,13 +97,13 @@ def test_workers_are_paged_most_recent_beat_first_with_ties_broken_by_name(
         names.append(f"w{i:03d}")
         queue.heartbeat(names[-1], {"n": i})
 
-    seen = walk(lambda **kw: introspect.workers(queue, **kw), 7)
+    seen = walk(lambda **kw: read.workers(queue, **kw), 7)
     assert sorted(w.name for w in seen) == names
     assert [(w.last_beat_ms, w.name) for w in seen] == sorted(
         ((w.last_beat_ms, w.name) for w in seen), reverse=True
     )
     assert seen[0].info == {"n": 119}
-    page = introspect.workers(queue, limit=5)
+    page = read.workers(queue, limit=5)
     assert [w.name for w in page.items] == ["w119", "w118", "w117", "w116", "w115"]
     assert page.cursor == PageCursor(clock.now, "w115")
 
@@ -111,9 +111,9 @@ def test_workers_are_paged_most_recent_beat_first_with_ties_broken_by_name(
 @pytest.mark.parametrize("limit", [0, 1001, "5"])
 def test_a_page_size_out_of_range_is_refused(queue: Queue, limit: object) -> None:
     with pytest.raises(InvalidInput, match="limit must"):
-        introspect.workers(queue, limit=limit)  # type: ignore[arg-type]
+        read.workers(queue, limit=limit)  # type: ignore[arg-type]
     with pytest.raises(InvalidInput, match="limit must"):
-        introspect.requests(queue, "active", limit=limit)  # type: ignore[arg-type]
+        read.requests(queue, "active", limit=limit)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -140,13 +140,13 @@ def test_prune_removes_workers_gone_longer_than_the_retention_and_keeps_the_rest
     clock.advance(WORKER_RETENTION_MS - 1)
     queue.heartbeat("alive", {"host": "h"})
 
-    assert [w.name for w in introspect.workers(queue, limit=3).items] == [
+    assert [w.name for w in read.workers(queue, limit=3).items] == [
         "alive", "recent", "dead0",
     ]
     assert prune_workers(queue) == 30_000
-    page = introspect.workers(queue)
+    page = read.workers(queue)
     assert [w.name for w in page.items] == ["alive", "recent"] and page.cursor is None
-    assert introspect.stats(queue).workers == 1  # live ones are counted as before
+    assert read.stats(queue).workers == 1  # live ones are counted as before
     assert prune_workers(queue) == 0
     clock.advance(2)
     assert prune_workers(queue) == 1  # "recent" is now past the retention

@@ -76,6 +76,21 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 TENANTS = ("ta", "tb", "tc")
 PRIORITIES = (10, 50, 90)
 CONSUMERS = ("c0", "c1", "c2")
+HANDLERS = ("echo", "echo", "resize")
+# The handlers each consumer runs, as its fused calls name them ("" = any): c2 lacks "resize",
+# so it must never lease one, and a "resize" task waits for c0 or c1 (issue 33).
+RUNS = {"c0": "", "c1": "echo resize", "c2": "echo"}
+
+
+def runs_ok(consumer: str, req: Request, runs: str | None = None) -> bool:
+    """Whether `consumer`'s calls may lease `req`'s tasks (runs None: its own RUNS)."""
+    names = RUNS[consumer] if runs is None else runs
+    return not names or req.handler in names.split()
+
+
+def idle_member(consumer: str, lease_ms: int) -> str:
+    runs = RUNS[consumer]
+    return f"{consumer}|{lease_ms}" + (f"|{runs}" if runs else "")
 QI = st.integers(0, 1)
 SUBMIT = st.fixed_dictionaries({
     "qi": QI, "rid": st.sampled_from(RIDS), "priority": st.sampled_from(PRIORITIES),
@@ -83,6 +98,7 @@ SUBMIT = st.fixed_dictionaries({
     "max_attempts": st.sampled_from([1, 2, 3, 3]), "n": st.integers(0, 5),
     "lease_ms": st.sampled_from([100, 300]), "backoff_ms": st.sampled_from([0, 50, 400]),
     "backoff_max_ms": st.sampled_from([100, 2000]), "seal": st.sampled_from([True, True, False]),
+    "handler": st.sampled_from(HANDLERS),
 })
 
 # Engine bugs this test found that are not fixed yet. Each has a deterministic repro at the end
@@ -359,16 +375,17 @@ class QueueMachine(RuleBasedStateMachine):
         payloads = self._payloads(rid, n)
         due = due or {}
         before = self._script_start(qi)
+        handler = args.get("handler", "echo")
         if n == 0:
-            res = q.open(request_id=rid, **opts, handler="echo", **due)
+            res = q.open(request_id=rid, **opts, handler=handler, **due)
         else:
-            res = q.submit(payloads, request_id=rid, seal=seal, **opts, handler="echo", **due)
+            res = q.submit(payloads, request_id=rid, seal=seal, **opts, handler=handler, **due)
         existing = m.requests.get(rid)
         if existing:
             assert res == Submitted(rid, False, existing.state, len(existing.tasks),
                                     existing.due if existing.state == "scheduled" else 0)
             return
-        req = Request(rid, **opts, state="active" if seal else "open", model=m)
+        req = Request(rid, **opts, handler=handler, state="active" if seal else "open", model=m)
         m.requests[rid] = req
         self._learn(qi, req, payloads)
         due_ms = self._due_ms(due)
@@ -462,8 +479,9 @@ class QueueMachine(RuleBasedStateMachine):
         payloads, fpayloads = self._payloads(rid, n), self._payloads(fid, fn)
 
         def call() -> Flow:
-            return q.submit_flow(payloads, handler="echo", request_id=rid, seal=seal,
-                                 then=FollowUp(fpayloads, handler="echo", request_id=fid, **fopts),
+            return q.submit_flow(payloads, handler=args["handler"], request_id=rid, seal=seal,
+                                 then=FollowUp(fpayloads, handler=then["handler"],
+                                               request_id=fid, **fopts),
                                  **opts, **when)
 
         if fid == rid:
@@ -484,10 +502,11 @@ class QueueMachine(RuleBasedStateMachine):
                           existing.due if existing.state == "scheduled" else 0),
                 (Submitted(fid, False, f.state, len(f.tasks)) if f else None,))
             return
-        req = Request(rid, **opts, state="active" if seal else "open", model=m)
+        req = Request(rid, **opts, handler=args["handler"], state="active" if seal else "open",
+                      model=m)
         m.requests[rid] = req
         self._learn(qi, req, payloads)
-        follow = Request(fid, **fopts, state="held", model=m)
+        follow = Request(fid, **fopts, handler=then["handler"], state="held", model=m)
         m.requests[fid] = follow
         req.then.append(fid)
         self._learn(qi, follow, fpayloads)
@@ -516,12 +535,13 @@ class QueueMachine(RuleBasedStateMachine):
         q, m = self.queues[qi], self.models[qi]
         payloads = self._payloads(rid, n)
         before = self._script_start(qi)
-        res = q.submit_after(parent.rid, payloads, request_id=rid, **opts, handler="echo")
+        res = q.submit_after(parent.rid, payloads, request_id=rid, **opts,
+                             handler=args["handler"])
         existing = m.requests.get(rid)
         if existing:
             assert res == Submitted(rid, False, existing.state, len(existing.tasks))
             return
-        req = Request(rid, **opts, state="held", model=m)
+        req = Request(rid, **opts, handler=args["handler"], state="held", model=m)
         m.requests[rid] = req
         parent.then.append(rid)
         if parent.state == "cancelled":
@@ -576,7 +596,10 @@ class QueueMachine(RuleBasedStateMachine):
         q, m, now = self.queues[qi], self.models[qi], self.now
         before = self._script_start(qi)
         want_acks = [m.ack(token, now) for token in acks or []]
-        member = f"{consumer}|{lease_ms}"
+        member = idle_member(consumer, lease_ms)
+        # Plain dequeue() names no handlers (a consumer that runs any); the fused worker call
+        # names those the consumer runs.
+        runs = "" if acks is None else RUNS[consumer]
         drained: list[str] = []
         if idle and count:
             m.idle.pop(member, None)  # a worker is not handed work during its own call
@@ -594,13 +617,16 @@ class QueueMachine(RuleBasedStateMachine):
             leases, next_due = q.dequeue(consumer, count), None
         else:
             got_acks, leases, next_due = q.ack_and_dequeue(consumer, count, acks,
-                                                           lease_ms=lease_ms, idle_handoff=idle)
+                                                           lease_ms=lease_ms, idle_handoff=idle,
+                                                           runs=runs)
             assert got_acks == want_acks, "ack accepted/refused wrongly"
         # Work the caller left in `ready` may have gone to idle workers at the end of the call;
         # the model takes those leases first (the totals per request are the same either way).
         handed = self._discover_handoffs(qi, check=False, dequeue=True)
         # A priority level with more due retries than one call promotes: nothing below it.
-        eligible = [r for r in m.requests.values() if r.eligible and r.priority >= floor]
+        # Only work of the handlers the consumer runs is leased to it.
+        eligible = [r for r in m.requests.values() if r.eligible and r.priority >= floor
+                    and runs_ok(consumer, r, runs)]
         capacity = 0 if m.paused else sum(r.free for r in eligible)  # paused: nothing leased
         top = max((r.priority for r in eligible), default=None)
         if idle and count and not leases and not drained:
@@ -614,6 +640,7 @@ class QueueMachine(RuleBasedStateMachine):
         for lease in leases:
             req = m.requests[lease.request_id]
             t = req.tasks[lease.task_id]
+            assert runs_ok(consumer, req, runs), f"{consumer} leased a {req.handler} task"
             m.lease(req, t, consumer, now, lease_ms)  # asserts waiting, eligible (concurrency)
             assert (lease.lease, lease.attempt, lease.payload, lease.lease_ms) == (
                 t.token, t.attempts, t.payload, lease_ms or req.lease_ms)
@@ -623,7 +650,8 @@ class QueueMachine(RuleBasedStateMachine):
         if prios:
             assert prios[0] == top, f"served {prios[0]} while {top} was eligible"
         for p in set(prios):
-            higher = [r.rid for r in m.requests.values() if r.eligible and r.priority > p]
+            higher = [r.rid for r in m.requests.values() if r.eligible and r.priority > p
+                      and runs_ok(consumer, r, runs)]
             assert not higher, f"served priority {p} while {higher} stayed eligible"
         self._check_handoffs(qi, handed)
         if next_due is not None:
@@ -727,7 +755,7 @@ class QueueMachine(RuleBasedStateMachine):
             # _dequeue asserts it is served all it may have, up to the whole count.
             if self._dequeue(qi, consumer, want, acks, lease_ms, idle=True):
                 return
-        member = f"{consumer}|{lease_ms}"
+        member = idle_member(consumer, lease_ms)
         assert all(self.client.zscore(self.queues[qi].keys.idle, member) == self.now
                    for qi in order), "an empty round registers the worker idle on both queues"
         if any(self.models[qi].wake for qi in order):
@@ -802,19 +830,20 @@ class QueueMachine(RuleBasedStateMachine):
         qi, consumer = data.draw(st.sampled_from(pool), label="worker")
         m = self.models[qi]
         self._discover_handoffs(qi)
-        got = [x.lease for x in self.queues[qi].leave_idle(consumer, lease_ms)]
-        m.idle.pop(f"{consumer}|{lease_ms}", None)
+        got = [x.lease for x in self.queues[qi].leave_idle(consumer, lease_ms, RUNS[consumer])]
+        m.idle.pop(idle_member(consumer, lease_ms), None)
         want = m.handed.pop(consumer, [])
         # The list expires (real time, 10 lease times) if nobody takes it: then it is empty.
         assert got in (want, []), f"handoff list of {consumer}: {got}, model {want}"
 
     def _discover_handoffs(
         self, qi: int, *, check: bool = True, dequeue: bool = False
-    ) -> set[int]:
+    ) -> set[tuple[str, int]]:
         """Apply to the model the tasks that scripts handed to idle workers since last time:
         each must be a waiting task of an eligible request, leased to a worker registered
         idle within HANDOFF_FRESH_MS. A blocked worker must get what the last script (a
-        dequeue if told so) handed it. Returns their priorities (checked unless told not)."""
+        dequeue if told so) handed it. Returns (worker, priority) of each (checked unless told
+        not): only what the worker runs is handed to it."""
         q, m = self.queues[qi], self.models[qi]
         self._poll_blocked()
         woke = None
@@ -838,10 +867,12 @@ class QueueMachine(RuleBasedStateMachine):
             rid, tid, _ = token.split("/")
             req = m.requests[rid]
             t = req.tasks[tid]
-            member = f"{c}|{lease_ms}" if f"{c}|{lease_ms}" in m.idle else f"{c}|0"
+            member = (idle_member(c, lease_ms) if idle_member(c, lease_ms) in m.idle
+                      else idle_member(c, 0))
             since = m.idle.pop(member, None)
             assert since is not None and since >= self.now - HANDOFF_FRESH_MS, (
                 f"{token} handed to {c}, which is not (freshly) idle")
+            assert runs_ok(c, req), f"a {req.handler} task handed to {c}"
             m.lease(req, t, c, self.now, lease_ms)  # asserts waiting, eligible (concurrency)
             assert (token, attempt, payload) == (t.token, t.attempts, t.payload)
             m.handed.setdefault(c, []).append(token)
@@ -856,20 +887,20 @@ class QueueMachine(RuleBasedStateMachine):
                     dequeue and "dequeue-token-before-handoff" in self.known_bugs), (
                     f"blocked {c} woken by the wake-up token while a task was handed to it")
                 self.token_taken.add(qi)
-        prios = {m.requests[token.split("/")[0]].priority for _, token, *_ in handed}
+        prios = {(c, m.requests[token.split("/")[0]].priority) for c, token, *_ in handed}
         if check:
             self._check_handoffs(qi, prios)
         return prios
 
-    def _check_handoffs(self, qi: int, prios: set[int]) -> None:
+    def _check_handoffs(self, qi: int, prios: set[tuple[str, int]]) -> None:
         """Nothing of priority p was handed to an idle worker while work of a higher priority
-        is left waiting after the operation."""
+        that it runs is left waiting after the operation."""
         m = self.models[qi]
         # While the bug is listed, only work already waiting before the operation counts.
         before = self.eligible_before[qi] if "handoff-priority" in self.known_bugs else None
-        for p in prios:
+        for c, p in prios:
             higher = [r.rid for r in m.requests.values() if r.eligible and r.priority > p
-                      and (before is None or r.rid in before)]
+                      and runs_ok(c, r) and (before is None or r.rid in before)]
             assert not higher, f"priority {p} handed to an idle worker while {higher} waited"
         self.eligible_before[qi] = {r.rid for r in m.requests.values() if r.eligible}
 
@@ -1228,6 +1259,7 @@ SETTINGS = settings(
 
 # Passing takes ~15 s; a failure is shrunk (each try replays Redis calls), which hypothesis caps
 # at 5 minutes: room for that, so the report shows the shrunk steps.
+@pytest.mark.slow  # 15 s alone: 100 runs of 50 steps, each step checked against the model
 @pytest.mark.timeout(600)
 def test_state_machine(redis_server: RedisServer) -> None:
     machine = type("QueueMachineRun", (QueueMachine,), {"redis_url": redis_server.url})

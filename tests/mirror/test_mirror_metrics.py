@@ -1,16 +1,15 @@
 """Per-handler metrics in the database (issue 20): the mirror rolls the engine's minutes into
-minute rows, hour rows and totals, idempotently; old rows are pruned. A worker's runs arrive
+minute rows, hour rows and totals, idempotently (old rows are pruned by retention:
+tests/mirror/test_retention_prune.py). A worker's runs arrive
 there timed. Real redis-server and database (SQLite, or PostgreSQL with TEST_POSTGRES_URL)."""
 
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime, timedelta
 
 import pytest
 import redis
 
-from core.mirror import metrics
 from core.mirror.metrics import at_minute, counts_of, roll
 from core.models import HandlerHour, HandlerMinute, HandlerTotal, MetricsCursor
 from core.queue import Queue
@@ -102,20 +101,6 @@ def test_a_lost_minute_key_counts_afresh_without_going_down(
     roll(queue)
     assert total(queue, "h")[0] == 7
     assert HandlerMinute.objects.get(handler="h").done == 7
-
-
-def test_old_rows_are_pruned(queue: Queue) -> None:
-    now = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
-    for minutes_ago in (10, 60 * 24, 60 * 26):
-        HandlerMinute.objects.create(queue="q", handler="h", minute=now - timedelta(
-            minutes=minutes_ago), done=1)
-    for days_ago in (1, 89, 91):
-        HandlerHour.objects.create(queue="q", handler="h", hour=now - timedelta(days=days_ago),
-                                   done=1)
-    HandlerTotal.objects.create(queue="q", handler="h", done=6)
-    assert metrics.prune("q", now=now) == 2
-    assert HandlerMinute.objects.count() == 2 and HandlerHour.objects.count() == 2
-    assert HandlerTotal.objects.get().done == 6  # the totals stay: they are counters
 
 
 def test_a_workers_runs_are_timed_and_rolled(live_queue: Queue) -> None:

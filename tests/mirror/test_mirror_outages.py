@@ -103,9 +103,10 @@ def test_a_redis_outage_is_logged_once_and_the_mirror_carries_on(
 def test_a_database_error_is_a_log_line_and_the_batch_is_applied_later(
     queue: Queue, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
+    from core.mirror import apply as mirror_apply
     from core.mirror import run as mirror_run
 
-    real, calls = mirror_run.apply_batch, []
+    real, calls = mirror_apply.commit, []
 
     def flaky(*args: Any, **kwargs: Any) -> Any:
         calls.append(1)
@@ -113,7 +114,7 @@ def test_a_database_error_is_a_log_line_and_the_batch_is_applied_later(
             raise OperationalError("database is locked")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(mirror_run, "apply_batch", flaky)
+    monkeypatch.setattr(mirror_apply, "commit", flaky)
     # After a database error the mirror closes its connections to reconnect; closing the
     # test's own, inside its transaction, would end the test's database.
     monkeypatch.setattr(mirror_run, "_close_db", lambda: None)

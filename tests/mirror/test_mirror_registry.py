@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from core.cli.queuestat import queuestat
-from core.queue import Queue, introspect, registry
+from core.queue import Queue, read, registry
 from core.worker.heartbeat import Heartbeat
 from core.worker.held import Held
 from core.worker.outage import Outage
@@ -39,9 +39,9 @@ def test_producers_register_their_queues_once_per_process(
         a.submit([i], handler="h")
     b.open(handler="h")
 
-    assert introspect.queues(client, prefix=prefix) == ["alpha", "beta"]
+    assert read.queues(client, prefix=prefix) == ["alpha", "beta"]
     assert Counting.zadds == 2  # the first submit of each queue, no more
-    assert introspect.queues(client, prefix="other" + prefix) == []
+    assert read.queues(client, prefix="other" + prefix) == []
 
 
 def test_workers_refresh_their_queues_on_each_heartbeat(
@@ -70,9 +70,9 @@ def test_forget_removes_a_name(redis_client: redis.Redis, prefix: str) -> None:
     q = Queue(redis_client, "gone", prefix=prefix)
     registry.touch([q])
     assert registry.forget(redis_client, "gone", prefix=prefix)
-    assert introspect.queues(redis_client, prefix=prefix) == []
+    assert read.queues(redis_client, prefix=prefix) == []
     q.submit([1], handler="h")  # forgotten here too: the next submit registers it again
-    assert introspect.queues(redis_client, prefix=prefix) == ["gone"]
+    assert read.queues(redis_client, prefix=prefix) == ["gone"]
 
 
 def test_queuestat_with_no_queue_shows_every_registered_queue(django_queue: Queue) -> None:

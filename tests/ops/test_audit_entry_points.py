@@ -36,6 +36,7 @@ class Env:
     tmp: Path
     ada: Client  # the admin role, in the console
     root: Client  # a superuser, in the Django admin (users and groups)
+    bulk_id: int = 0  # a bulk preview made before the action measured
 
 
 @pytest.fixture
@@ -71,14 +72,16 @@ def bulk_preview(e: Env) -> int:
     return int(r["Location"].rstrip("/").rsplit("/", 1)[-1])
 
 
+def console_bulk_preview(e: Env) -> None:
+    bulk_preview(e)
+
+
 def console_bulk_confirm(e: Env) -> None:
-    bulk_id = bulk_preview(e)  # a preview changes nothing and writes nothing
-    assert e.ada.post(f"/actions/bulk/{bulk_id}/confirm/").status_code == 302
+    assert e.ada.post(f"/actions/bulk/{e.bulk_id}/confirm/").status_code == 302
 
 
 def console_bulk_stop(e: Env) -> None:
-    bulk_id = bulk_preview(e)
-    assert e.ada.post(f"/actions/bulk/{bulk_id}/stop/").status_code == 302
+    assert e.ada.post(f"/actions/bulk/{e.bulk_id}/stop/").status_code == 302
 
 
 def console_datajob(e: Env) -> None:
@@ -105,8 +108,9 @@ CONSOLE: dict[str, tuple[str, Callable[[Env], None]]] = {
         e.ada, "/pending/", "claim", to="w-live",
         entry=[f"{e.world.running}/{e.world.stale_task}/w-stale/0"])),
     "reclaim": ("reclaim", lambda e: act(e.ada, "/workers/", "reclaim", worker="w-stale")),
-    "pause": ("pause", lambda e: act(e.ada, "/requests/", "pause")),
+    "pause": ("pause", lambda e: act(e.ada, "/requests/", "pause", confirmed="1")),
     "resume": ("resume", lambda e: act(e.ada, "/requests/", "resume")),
+    "bulk preview": ("preview", console_bulk_preview),
     "bulk confirm": ("requeue", console_bulk_confirm),
     "bulk stop": ("stop", console_bulk_stop),
     "datajob submit": ("datajob", console_datajob),
@@ -120,6 +124,8 @@ CONSOLE: dict[str, tuple[str, Callable[[Env], None]]] = {
 @pytest.mark.parametrize("case", list(CONSOLE))
 def test_each_console_action_is_one_entry_of_its_user(env: Env, case: str) -> None:
     action, run = CONSOLE[case]
+    if case in ("bulk confirm", "bulk stop"):
+        env.bulk_id = bulk_preview(env)  # its own entry (the "bulk preview" case)
     assert_one_entry(lambda: run(env), actor="ada", source="console", action=action)
 
 
@@ -164,6 +170,11 @@ def cli_datajob_clean(e: Env) -> None:
 
 CLI: dict[str, tuple[str, str, Callable[[Env], None]]] = {
     "requeue": (OS, "requeue", lambda e: manage("requeue", "--id", e.world.dead_ids[0])),
+    # A filtered requeue runs a bulk action here and now: its preview is not a second entry.
+    "requeue --fingerprint": (OS, "requeue", lambda e: manage(
+        "requeue", "--queue", "default", "--fingerprint", e.world.fingerprint)),
+    "requeue --fingerprint --dry-run": (OS, "requeue", lambda e: manage(
+        "requeue", "--queue", "default", "--fingerprint", e.world.fingerprint, "--dry-run")),
     "cancel": (OS, "cancel", lambda e: manage("cancel", e.world.running)),
     "claim": (OS, "claim", lambda e: manage(
         "claim", "--request", e.world.running, "--task", e.world.stale_task, "--from",

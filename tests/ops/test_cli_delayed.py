@@ -20,7 +20,7 @@ from core.cli.datajob import build_spec
 from core.cli.datajob import submit as datajob_submit
 from core.cli.due import due_from
 from core.pipeline import jobs
-from core.queue import Queue, handlers, introspect
+from core.queue import Queue, handlers, read
 from core.stack.redis_server import RedisServer
 from tests.pipeline_support import flights
 
@@ -43,7 +43,7 @@ def test_submit_in_schedules_the_request(announced: Queue) -> None:
     before = announced.now_ms()
     out, err = run("1", "2", "--in", "10m", "--priority", "70", "--tenant", "acme")
     rid = out.strip()
-    info = introspect.request(announced, rid)
+    info = read.request(announced, rid)
     assert info is not None and info.state == "scheduled"
     assert (info.priority, info.tenant, info.total) == (70, "acme", 2)
     assert info.due_ms is not None and 0 <= info.due_ms - before - 600_000 < 5_000
@@ -53,7 +53,7 @@ def test_submit_in_schedules_the_request(announced: Queue) -> None:
 
 def test_submit_at_a_time_with_an_offset(announced: Queue) -> None:
     out, err = run("1", "--at", "2099-12-01T02:00+01:00")
-    info = introspect.request(announced, out.strip())
+    info = read.request(announced, out.strip())
     assert info is not None and info.state == "scheduled"
     assert info.due_ms == 4_099_770_000_000  # 2099-12-01T01:00Z
     assert "due at 2099-12-01T01:00:00+00:00" in err
@@ -75,7 +75,7 @@ def test_a_time_already_past_runs_now_and_says_so(announced: Queue) -> None:
 def test_bad_values_are_a_message(option: str, value: str, says: str, announced: Queue) -> None:
     with pytest.raises(CommandError, match=says):
         run("1", f"{option}={value}")
-    assert introspect.stats(announced).requests_by_state["scheduled"] == 0
+    assert read.stats(announced).requests_by_state["scheduled"] == 0
 
 
 def test_in_and_at_together_are_refused() -> None:
@@ -89,8 +89,8 @@ def test_from_a_shell_a_bad_value_exits_non_zero_without_a_traceback(
     env = {"REDIS_URL": redis_server.url, "QUEUE_PREFIX": prefix}
     base = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "QUEUE_PREFIX")}
     for args, code, says in (
-        (["--in", "ten minutes"], 1, "cannot read 'ten minutes' as a delay"),
-        (["--at", "2030-13-01T00:00Z"], 1, "cannot read '2030-13-01T00:00Z' as a time"),
+        (["--in", "ten minutes"], 2, "cannot read 'ten minutes' as a delay"),
+        (["--at", "2030-13-01T00:00Z"], 2, "cannot read '2030-13-01T00:00Z' as a time"),
         (["--in", "5m", "--at", "2030-01-01T00:00Z"], 2, "not allowed with argument"),
     ):
         done = subprocess.run(
@@ -112,7 +112,7 @@ def test_datajob_submit_in_schedules_its_split(tmp_path: Path, announced: Queue)
     datajob_submit(spec, stdout=out, stderr=err, due=due_from("2h", None))
     assert out.getvalue() == "later1\n"
     assert "scheduled: due at" in err.getvalue()
-    info = introspect.request(announced, "later1")
+    info = read.request(announced, "later1")
     assert info is not None and (info.state, info.total) == ("scheduled", 1)  # the split waits
     assert jobs.status(announced, "later1").state == "scheduled"
     assert announced.dequeue("w", 10) == []

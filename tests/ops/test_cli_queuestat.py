@@ -98,6 +98,21 @@ def test_table_shows_depths_per_queue(run_stat: Stat, django_queue: Queue) -> No
     assert cells("  priority 50") == ["0", "1"]
     assert cells("requests active") == ["1", "1"]
     assert cells("dead letters") == ["0", "0"]
+    # No worker runs "noop" here: its waiting tasks are counted as such (issue 33).
+    assert cells("  no live worker runs noop") == ["3", "1"]
+
+
+def test_json_names_the_waiting_work_no_live_worker_runs(
+    run_stat: Stat, django_queue: Queue
+) -> None:
+    from core.queue import handlers
+
+    handlers.announce(django_queue, "w1", ["echo"])
+    _submit("1", "2")
+    submit(["1"], handler="echo", stdout=io.StringIO(), stderr=io.StringIO())
+    [stats] = json.loads(run_stat(as_json=True))["queues"]
+    assert stats["waiting_by_handler"] == {"echo": 1, "noop": 2}
+    assert stats["waiting_no_worker"] == {"noop": 2}
 
 
 def test_unreachable_redis_is_a_command_error(

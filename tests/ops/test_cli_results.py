@@ -20,7 +20,7 @@ from django.core.management.base import CommandError
 
 from core.cli.submit import submit
 from core.conf import get_queue
-from core.queue import Queue, handlers, introspect
+from core.queue import Queue, handlers, read
 from core.stack.redis_server import RedisServer
 from tests.conftest import keys_under
 
@@ -86,7 +86,8 @@ def test_print_results_without_wait_is_refused_before_submitting(
 ) -> None:
     with pytest.raises(CommandError, match="--print-results applies only with --wait"):
         submit(["1"], handler="echo", print_results=True, stdout=io.StringIO())
-    assert [k for k in keys_under(redis_client, prefix) if not k.endswith(":handlers")] == []
+    assert [k for k in keys_under(redis_client, prefix)
+            if not k.endswith((":hw", ":worker:w1"))] == []  # but the announcement
 
 
 def test_the_result_cap_follows_the_setting(django_queue: Queue, settings: Any) -> None:
@@ -127,7 +128,7 @@ def test_from_a_shell_with_a_real_worker(
     )
     assert failed.returncode == 1 and "request big ended failed" in failed.stderr
     assert failed.stdout == "big\n"  # no result to print
-    (letter,) = introspect.request_dead_letters(Queue(redis_client, "q", prefix=prefix), "big")
+    (letter,) = read.request_dead_letters(Queue(redis_client, "q", prefix=prefix), "big")
     assert letter.attempts == 1
     assert letter.error.startswith("ResultTooLarge: the handler's result is 311 bytes as JSON; "
                                    "the cap is 200 bytes")

@@ -20,7 +20,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from core.cli.submit import submit
-from core.queue import Lease, Queue, handlers, introspect
+from core.queue import Lease, Queue, handlers, read
 from core.stack.redis_server import RedisServer, free_port
 from tests.conftest import keys_under
 
@@ -36,8 +36,10 @@ def workers_announced(redis_client: redis.Redis, prefix: str) -> None:
 
 
 def written(client: redis.Redis, prefix: str) -> list[str]:
-    """The keys a submit wrote: all of the test's keys but the workers' announcements."""
-    return [k for k in keys_under(client, prefix) if not k.endswith(":handlers")]
+    """The keys a submit wrote: all of the test's keys but the workers' announcements (the
+    zset of live announcements, and the announcing worker's hash)."""
+    return [k for k in keys_under(client, prefix)
+            if not k.endswith((":hw", ":worker:w1"))]
 
 
 def via_command(*tasks: str, **options: Any) -> tuple[str, str]:
@@ -109,13 +111,13 @@ def test_tasks_from_arguments_make_one_request_with_the_options_given(
 
     assert out == "r1\n"
     assert err == ""
-    info = introspect.request(django_queue, "r1")
+    info = read.request(django_queue, "r1")
     assert info is not None
     assert (info.state, info.total, info.priority, info.concurrency) == ("active", 4, 70, 2)
     assert (info.tenant, info.handler, info.max_attempts) == ("acme", "spark", 5)
     # The concurrency limit holds: only two of the four are handed out at once.
     assert len(django_queue.dequeue("w", 10)) == 2
-    assert introspect.stats(django_queue).waiting_by_priority == {70: 2}
+    assert read.stats(django_queue).waiting_by_priority == {70: 2}
 
 
 def test_a_bare_word_is_a_string_task_and_json_arguments_keep_their_type(
@@ -138,7 +140,7 @@ def test_tasks_from_a_jsonl_file_skip_blank_lines_and_follow_the_arguments(
     out, _ = run_submit('{"chunk": 0}', file=str(path), request_id="file-1")
 
     assert out == "file-1\n"
-    info = introspect.request(django_queue, "file-1")
+    info = read.request(django_queue, "file-1")
     assert info is not None and info.total == 4
     assert drain(django_queue, 4) == [{"chunk": 0}, {"chunk": 1}, {"chunk": 2}, "three"]
 
@@ -161,9 +163,9 @@ def test_resubmitting_an_id_changes_nothing_and_says_so(
 
     assert out == "again\n"
     assert "already exists" in err and "nothing was submitted" in err
-    info = introspect.request(django_queue, "again")
+    info = read.request(django_queue, "again")
     assert info is not None and info.total == 2
-    assert introspect.stats(django_queue).waiting == 2
+    assert read.stats(django_queue).waiting == 2
 
 
 def test_the_queue_option_picks_the_queue(
@@ -171,9 +173,9 @@ def test_the_queue_option_picks_the_queue(
 ) -> None:
     run_submit("1", queue="batch", request_id="b1")
 
-    assert introspect.request(django_queue, "b1") is None
+    assert read.request(django_queue, "b1") is None
     batch = Queue(redis_client, "batch", prefix=prefix)
-    info = introspect.request(batch, "b1")
+    info = read.request(batch, "b1")
     assert info is not None and info.total == 1
 
 
@@ -192,7 +194,7 @@ def test_wait_follows_the_request_to_done_with_a_progress_bar(
     assert consumer.errors == []
     assert out == "w1\n"
     assert "3/3" in err  # the progress bar's final count
-    info = introspect.request(django_queue, "w1")
+    info = read.request(django_queue, "w1")
     assert info is not None and (info.state, info.done) == ("done", 3)
 
 
@@ -372,7 +374,7 @@ def test_from_a_shell_errors_exit_non_zero_without_a_traceback(
     not_int = _manage(["submit", "1", "--priority", "high"], REDIS_URL=redis_server.url)
 
     assert down.returncode == 1 and "cannot reach Redis" in down.stderr
-    assert bad.returncode == 1 and "priority must be between 0 and 99" in bad.stderr
+    assert bad.returncode == 2 and "priority must be between 0 and 99" in bad.stderr
     assert not_int.returncode == 2 and "invalid int value: 'high'" in not_int.stderr
     for done in (down, bad, not_int):
         assert "Traceback" not in done.stderr
@@ -437,7 +439,7 @@ def test_any_handler_submits_to_a_handler_no_worker_announced_yet_without_a_warn
     out, err = run_submit("1", handler="later", any_handler=True, request_id="r")
 
     assert (out, err) == ("r\n", "")
-    info = introspect.request(django_queue, "r")
+    info = read.request(django_queue, "r")
     assert info is not None and (info.handler, info.total) == ("later", 1)
     assert [str(w.message) for w in recwarn] == []
 
@@ -450,6 +452,6 @@ def test_from_a_shell_an_unknown_handler_exits_non_zero_and_any_handler_goes_thr
     accepted = _manage(["submit", "1", "--handler", "nope", "--any-handler",
                         "--request-id", "a1"], **env)
 
-    assert refused.returncode == 1 and refused.stdout == ""
+    assert refused.returncode == 2 and refused.stdout == ""
     assert "runs handler 'nope'; its workers run: echo, noop, spark" in refused.stderr
     assert (accepted.returncode, accepted.stdout, accepted.stderr) == (0, "a1\n", "")

@@ -20,7 +20,7 @@ from django.test import Client
 from redis.cluster import RedisCluster as ClusterClient
 
 from core.conf import get_queue
-from core.queue import introspect
+from core.queue import read
 from core.stack.redis_server import free_port
 from tests.conftest import ClusterLayout
 
@@ -97,7 +97,7 @@ def test_submit_and_queuestat_with_and_without_queues(on_cluster: ClusterLayout)
     stats = stat(default, other)
     assert [stats[q]["waiting"] for q in (default, other)] == [3, 1]
     assert stats[default]["waiting_by_priority"] == {"70": 3}
-    info = introspect.request(get_queue(), request_id)
+    info = read.request(get_queue(), request_id)
     assert info is not None and info.total == 3
 
 
@@ -138,7 +138,7 @@ def test_from_a_shell_a_bad_cluster_url_is_one_message_not_a_traceback(
 ) -> None:
     done, _ = _shell(command, url=cluster_layout.url.replace("/0", "/1"))
 
-    assert done.returncode == 1
+    assert done.returncode == 2  # a setting that is not valid: bad input
     assert "a Redis Cluster has only 0" in done.stderr and "REDIS_URL" in done.stderr
     assert "Traceback" not in done.stderr
 

@@ -15,7 +15,7 @@ from core.ops import actions, audit
 from core.ops.actions import PendingRef
 from core.ops.errors import BadInput, Refused, StaleState
 from core.ops.perms import allowed
-from core.queue import Queue, RedisUnavailable, introspect
+from core.queue import Queue, RedisUnavailable, read
 from tests.mirror_support import mirror
 from tests.ops_support import CLI, dead_letters, last_audit, still_dead
 
@@ -32,10 +32,11 @@ def test_allowed_shows_each_role_its_buttons(
 ) -> None:
     assert allowed(viewer_user) == dict.fromkeys(
         ("requeue", "delete", "cancel", "claim", "pause", "schedule_run", "schedule_change",
-         "control"), False)
+         "control", "retention", "alerts", "limits"), False)
     assert allowed(operator_user) == {"requeue": True, "delete": False, "cancel": True,
                                       "claim": True, "pause": False, "schedule_run": True,
-                                      "schedule_change": False, "control": False}
+                                      "schedule_change": False, "control": False,
+                                      "retention": False, "alerts": False, "limits": False}
     assert all(allowed(admin_role_user).values())
     assert not any(allowed(None).values())
 
@@ -95,7 +96,7 @@ def test_delete_counts_as_discarded_and_the_mirror_marks_the_letters(
     result = actions.delete_dead(admin_role_user, q.name, ids[:2])
     assert (result.acted, result.skipped) == (2, 0)
     assert actions.delete_dead(admin_role_user, q.name, ids[:2]).skipped == 2
-    info = introspect.request(q, "bad")
+    info = read.request(q, "bad")
     assert info is not None and (info.dead, info.discarded) == (1, 2)
     mirror(q)
     from core.models import DeadLetter
@@ -142,7 +143,7 @@ def test_claim_and_release_check_the_holder_and_idle_time_shown(
     q.submit([1, 2], request_id="r", handler="h", concurrency=2)
     leases = q.dequeue("w1", 2)
     _beat(q, "w2")
-    entries = introspect.pending(q, "r")
+    entries = read.pending(q, "r")
     time.sleep(0.02)
     refs = [PendingRef("r", e.task_id, e.consumer, e.idle_ms) for e in entries]
     result = actions.claim(operator_user, q.name, refs[:1], "w2")
@@ -151,9 +152,9 @@ def test_claim_and_release_check_the_holder_and_idle_time_shown(
     result = actions.release(operator_user, q.name, refs)
     assert (result.acted, result.skipped) == (1, 1)
     # Both stay w1's until its runs stop (or their leases expire): none runs twice at once.
-    assert all(e.consumer == "w1" and e.moves_by_ms for e in introspect.pending(q, "r"))
+    assert all(e.consumer == "w1" and e.moves_by_ms for e in read.pending(q, "r"))
     assert q.release(leases) == [-1, -1]  # w1 stopped them
-    holders = {e.task_id: e.consumer for e in introspect.pending(q, "r")}
+    holders = {e.task_id: e.consumer for e in read.pending(q, "r")}
     assert holders == {refs[0].task_id: "w2", refs[1].task_id: "~waiting"}
     with pytest.raises(BadInput, match="not a live worker"):
         actions.claim(operator_user, q.name, refs[:1], "ghost")

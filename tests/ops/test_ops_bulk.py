@@ -16,7 +16,7 @@ from core.models import AuditEntry, BulkAction, DeadLetter, Request
 from core.ops import bulk
 from core.ops.errors import BadInput, Refused
 from core.ops.runner import RunnerState, run_actions, step
-from core.queue import Queue, RedisUnavailable, introspect
+from core.queue import Queue, RedisUnavailable, read
 from tests.mirror_support import mirror
 from tests.ops_support import dead_letters, fingerprint_of, last_audit, still_dead
 
@@ -38,7 +38,12 @@ def test_preview_takes_a_snapshot_and_describes_it(q: Queue, operator_user: User
     assert made.description == f"requeue 5 dead letters of fingerprint={fp}, handler=spark"
     assert len(made.sample) == 5 and made.sample[0]["id"] == ids[0]
     assert not made.needs_typed_count and made.actor_name == "otto"
-    assert not AuditEntry.objects.exists()  # a preview acts on nothing
+    # A preview acts on nothing, and says who looked at what: one entry, linked to it.
+    [entry] = AuditEntry.objects.all()
+    assert (entry.action, entry.actor, entry.queue, entry.count, entry.acted) == (
+        "preview", "otto", q.name, 5, 0)
+    assert entry.bulk_id == made.pk and entry.target == f"bulk action #{made.pk}: " + \
+        made.description and not entry.refused
     assert still_dead(q, ids) == 5
 
 
@@ -86,7 +91,7 @@ def test_more_than_1000_needs_the_count_typed_and_one_confirm_wins(
     assert started.rate_per_s == 200
     again = bulk.confirm(operator_user, made.pk, typed_count="1,001")
     assert again.already_confirmed and again.status == "running"
-    assert AuditEntry.objects.filter(bulk=made).count() == 1
+    assert AuditEntry.objects.filter(bulk=made, action="requeue").count() == 1
 
 
 def test_the_runner_acts_on_the_snapshot_and_audits_one_entry(
@@ -100,7 +105,7 @@ def test_the_runner_acts_on_the_snapshot_and_audits_one_entry(
     b = bulk.get(made.pk)
     assert (b.status, b.acted, b.skipped, b.position) == ("done", 25, 5, 30)
     assert b.progress_percent == 100 and b.finished_at is not None
-    entry = AuditEntry.objects.get(bulk=made)
+    entry = AuditEntry.objects.get(bulk=made, action="requeue")
     assert (entry.count, entry.acted, entry.skipped, entry.target) == (30, 25, 5,
                                                                        made.description)
     assert still_dead(q, ids) == 0
@@ -200,7 +205,7 @@ def test_requeue_of_20000_acts_on_exactly_the_previewed_snapshot(
     assert (b.status, b.acted, b.skipped) == ("done", 20_000, 0)
     assert still_dead(q, ids) == 0
     assert still_dead(q, late) == 300  # not in the snapshot: untouched
-    info = introspect.request(q, "bad")
+    info = read.request(q, "bad")
     assert info is not None and (info.dead, info.waiting) == (0, 20_000)
-    entry = AuditEntry.objects.get(bulk=made)
+    entry = AuditEntry.objects.get(bulk=made, action="requeue")
     assert (entry.count, entry.acted, entry.skipped) == (20_000, 20_000, 0)

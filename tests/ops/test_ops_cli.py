@@ -17,9 +17,10 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from core.models import AuditEntry
-from core.queue import Queue, introspect
+from core.queue import Queue, read
 from core.stack.redis_server import RedisServer
 from tests.ops_support import dead_letters, fingerprint_of, last_audit, still_dead
+from tests.stack_support import migrated_sqlite
 
 pytestmark = pytest.mark.django_db
 
@@ -108,7 +109,7 @@ def test_claim_and_release_pending_entries(q: Queue) -> None:
     q.submit([1, 2], request_id="r", handler="h", concurrency=2)
     leases = q.dequeue("w1", 2)
     q.heartbeat("w2", {"dead_after_ms": 10_000})
-    tids = [e.task_id for e in introspect.pending(q, "r")]
+    tids = [e.task_id for e in read.pending(q, "r")]
     out = run("claim", "--request", "r", "--task", tids[0], "--from", "w1", "--to", "w2",
               "--dry-run")
     assert "would claim 1 pending entries" in out
@@ -119,7 +120,7 @@ def test_claim_and_release_pending_entries(q: Queue) -> None:
     assert run("release", "--request", "r", "--task", *tids, "--from", "w1") == (
         "released 1 of 2; 1 skipped\n")
     assert q.release(leases) == [-1, -1]  # w1 stopped them
-    holders = {e.task_id: e.consumer for e in introspect.pending(q, "r")}
+    holders = {e.task_id: e.consumer for e in read.pending(q, "r")}
     assert holders == {tids[0]: "w2", tids[1]: "~waiting"}
 
 
@@ -146,8 +147,7 @@ def test_a_command_run_as_a_process_exits_2_on_bad_input_without_a_traceback(
         "DJANGO_SETTINGS_MODULE": "queueadmin.settings", "SECRET_KEY": "cli-tests",
         "QA_VAR_DIR": str(tmp_path / "var"),
     }
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=root, env=env,
-                   check=True, timeout=120)
+    migrated_sqlite(tmp_path / "var" / "db.sqlite3")  # as migrate makes it
     started = time.monotonic()
     proc = subprocess.run([sys.executable, "manage.py", "requeue", "--id", "not-an-id"],
                           cwd=root, env=env, capture_output=True, text=True, timeout=60)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import redis
 
-from core.queue import Lease, LeaseLost, NotLeased, Queue, StateChanged, UnknownWorker, introspect
+from core.queue import Lease, LeaseLost, NotLeased, Queue, StateChanged, UnknownWorker, read
 from tests.conftest import FakeClock
 
 
@@ -21,7 +21,7 @@ def kill_one(queue: Queue, rid: str, clock: FakeClock) -> str:
     """One task of `rid` dead-lettered (retry refused); returns its dead-letter id."""
     [lease] = queue.dequeue("w", 1)
     queue.fail(lease, "ValueError: boom", retry=False)
-    letters = [d for d in introspect.dead_letters(queue, count=1000) if d.request_id == rid]
+    letters = [d for d in read.dead_letters(queue, count=1000) if d.request_id == rid]
     return letters[0].id
 
 
@@ -35,15 +35,15 @@ def test_a_paused_queue_leases_nothing_and_running_tasks_finish(
     [running] = queue.dequeue("w", 1)
     assert queue.pause(by="alice") is True
     assert queue.pause() is False  # a second click: nothing more
-    assert queue.paused() and introspect.stats(queue).paused
+    assert queue.paused() and read.stats(queue).paused
     assert queue.dequeue("w", 5) == []
     queue.ack(running)  # the running task finishes as usual
     queue.submit([4], request_id="r2", handler="h")  # producers may still submit
     assert queue.dequeue("w", 5) == []
-    assert introspect.stats(queue).waiting == 3
+    assert read.stats(queue).waiting == 3
     assert queue.resume(by="alice") is True
     assert queue.resume() is False
-    assert not introspect.stats(queue).paused
+    assert not read.stats(queue).paused
     assert len(queue.dequeue("w", 5)) == 3
     assert [f["by"] for f in events_of(redis_client, queue, "paused")] == ["alice"]
     assert len(events_of(redis_client, queue, "resumed")) == 1
@@ -68,7 +68,7 @@ def test_no_idle_worker_is_handed_work_while_paused_and_resume_hands_it(
 def test_claim_refuses_another_holder_and_a_fresh_delivery(queue: Queue) -> None:
     queue.submit([1], request_id="r", handler="h")
     [lease] = queue.dequeue("w1", 1)
-    [entry] = introspect.pending(queue, "r")
+    [entry] = read.pending(queue, "r")
     with pytest.raises(StateChanged):  # the page showed another holder
         queue.claim("r", entry.task_id, "w3", expect_consumer="w2")
     time.sleep(0.02)
@@ -80,7 +80,7 @@ def test_claim_refuses_another_holder_and_a_fresh_delivery(queue: Queue) -> None
     # Right holder, but delivered again since the page was drawn: idle is less than shown.
     with pytest.raises(StateChanged):
         queue.release_task("r", entry.task_id, expect_consumer="w2", min_idle_ms=60_000)
-    [now] = introspect.pending(queue, "r")
+    [now] = read.pending(queue, "r")
     assert now.consumer == "w2" and now.deliveries == 2
     assert queue.release_task("r", entry.task_id, expect_consumer="w2") == "w2"
     with pytest.raises(NotLeased):  # released already: it waits for w2 to let go
@@ -136,9 +136,9 @@ def test_a_released_task_runs_again_only_once_its_old_run_is_over(
     assert queue.dequeue("B", 2) == [], "B started a task while A's run may go on"
     assert queue.extend([a]) == [-1]  # A's next renewal: it learns, and stops at its check
     assert queue.dequeue("B", 2) == []  # its handler may still be running
-    [entry] = introspect.pending(queue, "r")
+    [entry] = read.pending(queue, "r")
     assert (entry.consumer, entry.lease_expires_ms, entry.moves_by_ms) == ("A", None, expiry)
-    info = introspect.request(queue, "r")
+    info = read.request(queue, "r")
     assert info is not None and (info.leased, info.waiting) == (1, 1)
     with pytest.raises(NotLeased):  # a second click: it is on its way already
         queue.release_task("r", a.task_id)
@@ -169,7 +169,7 @@ def test_a_claimed_task_goes_to_its_new_consumer_only_once_its_old_run_is_over(
     assert holder == "A"
     assert queue.dequeue("B", 2) == [] and queue.leave_idle("C") == []
     expiry = clock.now + 5000
-    [entry] = introspect.pending(queue, "r")
+    [entry] = read.pending(queue, "r")
     assert entry.consumer == "A" and entry.moves_by_ms == expiry
     reaped = stop_old_run(queue, clock, a, how, expiry)
     if how == "expiry":
@@ -177,7 +177,7 @@ def test_a_claimed_task_goes_to_its_new_consumer_only_once_its_old_run_is_over(
     assert queue.dequeue("B", 2) == []  # C holds it now
     [handed] = queue.leave_idle("C")  # a worker named C takes it from its handoff list
     assert (handed.lease, handed.attempt, handed.payload) == (new, 1, 1)
-    [entry] = introspect.pending(queue, "r")
+    [entry] = read.pending(queue, "r")
     assert (entry.consumer, entry.lease_expires_ms) == ("C", clock.now + 5000)
     queue.ack(handed)
     assert [x.task_id for x in queue.dequeue("B", 2)] != [a.task_id]
@@ -209,7 +209,7 @@ def test_a_request_cancelled_while_a_released_task_drains_completes_when_it_stop
     assert queue.wait("r", timeout=0) is None  # its old run may still go on
     assert queue.release([a]) == [-1]
     assert queue.state("r") == "cancelled"
-    info = introspect.request(queue, "r")
+    info = read.request(queue, "r")
     assert info is not None and (info.cancelled, info.leased) == (2, 0)
 
 
@@ -237,10 +237,10 @@ def test_requeue_and_delete_act_only_on_letters_still_dead(
     assert queue.requeue([a]) == (0, 1)  # a double click: skipped, not requeued twice
     assert queue.delete_dead([a, b]) == (1, 1)  # a is no longer dead
     assert queue.delete_dead([b]) == (0, 1)
-    info = introspect.request(queue, "r")
+    info = read.request(queue, "r")
     assert info is not None and (info.dead, info.discarded) == (0, 1)
     assert [f["count"] for f in events_of(redis_client, queue, "discarded")] == ["1"]
-    assert introspect.stats(queue).dead == 0
+    assert read.stats(queue).dead == 0
     assert redis_client.hget(queue.keys.stats, "discarded") == "1"
     # The rest of the request runs on; it completes as failed: a task of it was discarded.
     for _ in range(2):
@@ -265,8 +265,8 @@ def test_requeue_and_delete_go_by_chunks(queue: Queue, clock: FakeClock) -> None
     leases = queue.dequeue("w", 1000) + queue.dequeue("w", 1000)
     for lease in leases:
         queue.fail(lease, "E: x", retry=False)
-    ids = [d.id for d in introspect.dead_letters(queue, count=1000)]
-    ids += [d.id for d in introspect.dead_letters(queue, before=ids[-1], count=1000)]
+    ids = [d.id for d in read.dead_letters(queue, count=1000)]
+    ids += [d.id for d in read.dead_letters(queue, before=ids[-1], count=1000)]
     assert len(ids) == 1200
     assert queue.requeue([*ids[:1100], "1-1"]) == (1100, 1)
     assert queue.delete_dead(ids) == (100, 1100)
@@ -310,7 +310,7 @@ def test_reclaim_finds_expired_leases_its_heartbeat_did_not_list(
     queue.heartbeat("dead-w", {"dead_after_ms": 1000, "tasks": []}, [], lease_ms=1000)
     clock.advance(1500)
     assert queue.reclaim_worker("dead-w") == (5, 0)
-    assert introspect.stats(queue).leased == 0
+    assert read.stats(queue).leased == 0
 
 
 def test_a_crashed_workers_leases_are_reaped_at_once_each_counting_as_an_attempt(
@@ -331,9 +331,9 @@ def test_a_crashed_workers_leases_are_reaped_at_once_each_counting_as_an_attempt
         {"queue": "q", "request": "r", "task": lease.task_id} for lease in again]}, again,
         lease_ms=60_000)
     assert queue.reclaim_worker("w.2", crashed=True) == (0, 0)
-    info = introspect.request(queue, "r")
+    info = read.request(queue, "r")
     assert info is not None and info.dead == 2 and info.state == "failed"
-    [letter, _] = introspect.request_dead_letters(queue, "r")
+    [letter, _] = read.request_dead_letters(queue, "r")
     assert letter.error == "worker w.2 died (its process exited) while it ran the task"
     reaped = events_of(redis_client, queue, "reaped")
     assert [(f["worker"], f["outcome"], f["by"]) for f in reaped] == \
@@ -351,7 +351,7 @@ def test_a_reclaimed_workers_tasks_are_not_handed_back_to_its_idle_slots(
     queue.heartbeat("w.1", {"dead_after_ms": 10_000, "tasks": [
         {"queue": "q", "request": "r", "task": held.task_id}]}, [held], lease_ms=5000)
     assert queue.reclaim_worker("w.1", crashed=True) == (1, 0)
-    [entry] = introspect.pending(queue, "r")
+    [entry] = read.pending(queue, "r")
     assert entry.consumer == "~waiting"
     assert queue.redis.zcard(queue.keys.idle) == 0
 
@@ -373,7 +373,7 @@ def test_running_workers_take_nothing_from_a_paused_queue_and_resume_at_once(
     live_queue.submit([{"k": k, "seconds": 0}] * 3, request_id="later", handler="tracked")
     wait_until(lambda: live_queue.state("first") == "done", 10, "the running task to finish")
     time.sleep(1.5)  # a worker that leased now would have started a task
-    info = introspect.request(live_queue, "later")
+    info = read.request(live_queue, "later")
     assert info is not None and (info.waiting, info.leased, info.done) == (3, 0, 0)
     resumed = time.monotonic()
     live_queue.resume()

@@ -1,14 +1,12 @@
-"""The data pipeline's tests (core/pipeline): one Spark Connect server for the whole run of a
-test process, started as the stack starts its own at the first test that asks; a session of
-the test's own on it; a queue on the server's clock; small generated Parquet data; and the
-standalone-master and Connect-server clusters of the cluster tests (their JVMs started by
+"""The data pipeline's tests (core/pipeline): a session of the test's own on the run's Spark
+Connect server (tests/conftest.py's `connect_url`, which the browser tests of data jobs use
+too); a queue on the server's clock; small generated Parquet data; and the standalone-master
+and Connect-server clusters of the cluster tests (their JVMs started by
 tests/spark_cluster.py). Helpers that are not fixtures: tests/pipeline_support.py."""
 
 from __future__ import annotations
 
 import contextlib
-import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,56 +15,10 @@ import pandas as pd
 import pytest
 import redis
 
-from core.pipeline import jvm, server
+from core.procs import free_port
 from core.queue import Queue
-from core.stack.redis_server import free_port
-from tests.pipeline_support import TEST_JAVA_OPTIONS, flights, jar_dir
+from tests.pipeline_support import flights
 from tests.spark_cluster import start_jvm, wait_for
-
-RESULT_LIMIT = "4m"  # the test server's spark.driver.maxResultSize
-
-
-@pytest.fixture(scope="session")
-def connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The run's Spark Connect server, started as the stack starts its own (core.pipeline.server,
-    with the project's reader jar; local[2], one shuffle partition), once per test process.
-    SPARK_REMOTE points this process's tasks and the workers it spawns at it."""
-    from django.conf import settings
-
-    work = tmp_path_factory.mktemp("spark-connect")
-    config = server.ServerConfig(
-        port=free_port(), local_dir=work / "local", memory="1g",
-        jar=jvm.ensure_jar(jar_dir()), cores="2",
-        conf=(("spark.sql.shuffle.partitions", "1"),
-              # small, so that a test can have a chunk's result refused (test_pipeline_reads)
-              ("spark.driver.maxResultSize", RESULT_LIMIT),
-              ("spark.driver.extraJavaOptions", TEST_JAVA_OPTIONS)))
-    server.prepare(config)
-    log = work / "server.log"
-    with open(log, "ab") as out:
-        proc = subprocess.Popen(server.argv(config), env=server.env(), cwd=work,
-                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-    try:
-        if not server.wait_listening("127.0.0.1", config.port, timeout=180,
-                                     alive=lambda: proc.poll() is None):
-            raise RuntimeError(f"the test Spark Connect server did not start:\n"
-                               f"{log.read_text(errors='replace')[-3000:]}")
-        saved = settings.SPARK_REMOTE, os.environ.get("SPARK_REMOTE")
-        settings.SPARK_REMOTE = os.environ["SPARK_REMOTE"] = config.url
-        yield config.url
-        settings.SPARK_REMOTE = saved[0]
-        if saved[1] is None:
-            os.environ.pop("SPARK_REMOTE", None)
-        else:
-            os.environ["SPARK_REMOTE"] = saved[1]
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
 
 
 @pytest.fixture(scope="session")

@@ -26,11 +26,12 @@ from django.core.management.base import CommandError
 from core.cli.datajob import build_spec, cancel, clean, follow, show, submit
 from core.pipeline import jobs
 from core.pipeline.check import make_spec
-from core.queue import Queue, introspect
+from core.queue import Queue, read
 from core.queue.errors import UnknownHandlerWarning
 from core.stack.redis_server import RedisServer
 from tests.conftest import keys_under
 from tests.pipeline_support import flights, run_worker
+from tests.stack_support import migrated_sqlite
 
 ROOT = Path(__file__).resolve().parents[2]
 # A submit, a cancel and a clean each write their audit entry.
@@ -174,21 +175,24 @@ def test_a_submit_checks_and_queues_a_job_without_starting_spark(
     script = ("import sys, django; django.setup()\n"
               "from django.core.management import call_command\n"
               "call_command('datajob', *sys.argv[1:])\n"
-              "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'py4j')))")
+              "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'py4j')))\n"
+              # Nor the workers' handler modules (the pipeline's tasks): only a --transform
+              # job needs them, to find its transform (they took 0.1-0.3 s of every submit).
+              "print(sorted(m for m in sys.modules if m in ('core.pipeline.tasks', "
+              "'core.pipeline.chunk', 'core.pipeline.combine', 'core.worker.registry')))")
     env = os.environ | {"DJANGO_SETTINGS_MODULE": "queueadmin.settings",
                         "REDIS_URL": redis_server.url, "QUEUE_PREFIX": prefix,
                         "SECRET_KEY": "cli-tests", "QA_VAR_DIR": str(tmp_path / "var")}
     env.pop("DATABASE_URL", None)  # the audit log in var/db.sqlite3, as `make run` makes it
     (tmp_path / "var").mkdir()
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env,
-                   check=True, timeout=120)
+    migrated_sqlite(tmp_path / "var" / "db.sqlite3")  # as migrate makes it
     done = subprocess.run(
         [sys.executable, "-c", script, "submit", "--input", str(data), "--format", "csv",
          "--sql", "SELECT carrier, count(*) AS n FROM chunk GROUP BY carrier",
          "--output", str(tmp_path / "o"), "--request-id", "nospark1"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == ["nospark1", "[]"]
+    assert done.stdout.splitlines() == ["nospark1", "[]", "[]"]
     st = jobs.status(Queue(redis_client, "default", prefix=prefix), "nospark1")
     assert st.state == "running" and st.spec is not None and st.spec.input == str(data)
     with sqlite3.connect(tmp_path / "var" / "db.sqlite3") as db:
@@ -284,10 +288,10 @@ def test_a_failed_job_exits_non_zero_saying_which_chunk_and_why(
     # its dead letter requeued: the chunk does not run again for a combine that never comes.
     cancel("bad1", wait_s=5, stdout=io.StringIO())
     assert django_queue.state("bad1.combine") == "cancelled" and not spec.staging.exists()
-    [letter] = introspect.request_dead_letters(django_queue, "bad1")
+    [letter] = read.request_dead_letters(django_queue, "bad1")
     assert django_queue.requeue([letter.id]) == (1, 0)
     run_worker(django_queue)
-    [again] = introspect.request_dead_letters(django_queue, "bad1")
+    [again] = read.request_dead_letters(django_queue, "bad1")
     assert again.error.endswith("chunk 1 of job bad1 not run: the job was cancelled (its "
                                 "combine step is); submit it again to run it"), again.error
     assert again.attempts == 1 and not spec.staging.exists()
@@ -352,7 +356,7 @@ def test_the_command_refuses_a_taken_id_with_a_message_and_no_traceback(
         call_command_from_argv(["datajob", "submit", "--input", str(data), "--format",
                                 "parquet", "--output", str(tmp_path / "o"), "--sql",
                                 "SELECT * FROM chunk", "--request-id", "X"], err)
-    assert exited.value.code == 1
+    assert exited.value.code == 2  # bad input: the id is taken
     said = err.getvalue()
     assert said.startswith("CommandError: data job refused: --request-id 'X': request X "
                            "already exists in queue 'default' and is not a data job"), said
@@ -549,11 +553,34 @@ def test_a_job_runs_as_many_chunks_at_once_as_the_setting_says_unless_it_asks(
 ) -> None:
     """QA_DATAJOB_CONCURRENCY (by default the embedded Spark's cores): more chunks of one job at
     once than Spark has cores only makes each slower; a job's --concurrency wins."""
-    from core.queue import introspect
+    from core.queue import read
 
     settings.DATAJOB_CONCURRENCY = 2
     job_in(tmp_path, "conc-default")
     job_in(tmp_path, "conc-asked", concurrency=5)
-    info = {j: introspect.request(django_queue, j) for j in ("conc-default", "conc-asked")}
+    info = {j: read.request(django_queue, j) for j in ("conc-default", "conc-asked")}
     assert {j: i.concurrency if i else None for j, i in info.items()} == {
         "conc-default": 2, "conc-asked": 5}
+
+
+def test_without_an_audit_log_a_submit_and_a_clean_do_nothing(
+    tmp_path: Path, redis_server: RedisServer, redis_client: redis.Redis, prefix: str
+) -> None:
+    """A command that could leave no audit entry (a database never migrated) does nothing,
+    and says how to make the log."""
+    data = tmp_path / "in.csv"
+    flights(20).to_csv(data, index=False)
+    env = os.environ | {"DJANGO_SETTINGS_MODULE": "queueadmin.settings",
+                        "REDIS_URL": redis_server.url, "QUEUE_PREFIX": prefix,
+                        "SECRET_KEY": "cli-tests", "QA_VAR_DIR": str(tmp_path / "var")}
+    env.pop("DATABASE_URL", None)  # var/db.sqlite3, which nobody migrated
+    for action, argv in (("datajob", ["submit", "--input", str(data), "--format", "csv",
+                                      "--sql", "SELECT * FROM chunk", "--output",
+                                      str(tmp_path / "o"), "--request-id", "nolog1"]),
+                         ("datajob-clean", ["clean"])):
+        done = subprocess.run([sys.executable, "manage.py", "datajob", *argv], cwd=ROOT,
+                              env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 1, done.stderr
+        assert f"{action}: nothing done: the audit log cannot be written" in done.stderr
+        assert "manage.py migrate" in done.stderr and "Traceback" not in done.stderr
+    assert keys_under(redis_client, prefix) == []

@@ -14,7 +14,8 @@ import pytest
 
 from core.pipeline import jobs
 from core.pipeline.check import make_spec
-from core.queue import Queue, introspect
+from core.queue import Queue
+from core.queue import read as queue_read
 from tests.pipeline_support import flights, run_job, spec_for
 
 pytestmark = pytest.mark.slow
@@ -66,6 +67,6 @@ def test_a_worker_on_a_cluster_gives_the_same_output_as_local(
     pd.testing.assert_frame_equal(read(spec.output), read(local.output), rtol=1e-12)
     # Each chunk reported its Spark progress: pushed by Spark Connect, polled from the
     # classic session's status tracker (core.pipeline.progress); all its Spark tasks done.
-    chunks = introspect.progress(live_queue, spec.job_id)
+    chunks = queue_read.progress(live_queue, spec.job_id)
     assert len(chunks) >= 3 and all(p.total and p.done == p.total for p in chunks), chunks
     assert all(p.message.startswith("Spark: ") for p in chunks)

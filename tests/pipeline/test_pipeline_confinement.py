@@ -1,7 +1,9 @@
 """A data job reads and writes under the data roots only, and its SQL reads only the job's own
 views: every way out (an absolute path, `..`, a symbolic link to a file or inside a directory
-input, a glob, the stack's private var/, a --view, an output outside the output roots or equal
-to one, an output that no data job wrote) and every SQL construct that reaches beyond the
+input, a glob, Hadoop's glob alternatives that Spark expands to `..` in an input, a view, an
+output or the name of a file in a directory input, the stack's private var/, a --view, an
+output outside the output roots or equal to one, an output that no data job wrote) and every
+SQL construct that reaches beyond the
 job's data (a path-qualified table, reflect() and its kin, TRANSFORM ... USING, a table
 function, DDL and DML, SET, ADD JAR, two statements, `${...}`) is refused three times over:
 
@@ -33,10 +35,11 @@ from django.test import Client
 from django.utils.html import escape
 
 from core.models import AuditEntry
-from core.pipeline import jobs, tasks
+from core.pipeline import check, io, jobs, plan, step
 from core.pipeline.check import make_spec
+from core.pipeline.errors import DataJobError
 from core.pipeline.spec import JobSpec, SpecError
-from core.queue import Queue, introspect
+from core.queue import Queue, read
 from core.queue.models import DeadLetter
 from tests.conftest import keys_under
 from tests.pipeline_support import run_worker
@@ -60,13 +63,20 @@ class Place:
     canary_mtime: int = 0
 
     def fill(self, text: str) -> str:
-        """`text` with {tmp}, {out}, {var}, {outside}, {base} and {up} (`..` steps from tmp
-        to outside) replaced."""
-        up = os.path.relpath(self.outside, self.tmp)
+        """`text` with {tmp}, {out}, {var}, {outside}, {base}, {up} (`..` steps from tmp to
+        outside), {braced_up} (the same steps as Hadoop's glob alternatives, `.{./,x/}.`
+        each, which Spark expands to `../.`) and {pond_up} (from tmp/pond, `{.,x/}.` each)
+        replaced."""
         for name, value in (("tmp", self.tmp), ("out", self.out), ("var", self.var),
-                            ("outside", self.outside), ("base", self.base), ("up", up)):
+                            ("outside", self.outside), ("base", self.base),
+                            ("up", self.up(self.tmp)),
+                            ("braced_up", braced(self.up(self.tmp), ".{./,x/}.")),
+                            ("pond_up", braced(self.up(self.tmp / "pond"), "{.,x/}."))):
             text = text.replace("{" + name + "}", str(value))
         return text
+
+    def up(self, start: Path) -> str:
+        return os.path.relpath(self.outside, start)
 
     def outside_state(self) -> dict[str, bytes]:
         return {str(p.relative_to(self.outside)): (p.read_bytes() if p.is_file() else b"")
@@ -82,6 +92,22 @@ class Place:
         assert (self.out / "mine" / "notes.txt").read_text() == "mine"
         if outputs:
             assert sorted(p.name for p in self.out.iterdir()) == ["escape", "mine"]
+
+
+def braced(up: str, dotdot: str) -> str:
+    """`up` (`../../x`) with each `..` written as Hadoop's glob alternatives that Spark expands
+    to `..` (and to a folder that is not there): one folder name after another to Python."""
+    return "/".join(dotdot if part == ".." else part for part in up.split("/"))
+
+
+def decoy(start: Path, up: str, text: str) -> Path:
+    """The file that the braced path `start/up/canary.csv` names as the text it is: a real
+    file under the roots, as a job's output written there would be (its folder names hold
+    the braces), which the checks see while Spark reads the canary."""
+    path = start / up / "canary.csv"
+    path.parent.mkdir(parents=True)
+    path.write_text(text)
+    return path
 
 
 @pytest.fixture
@@ -107,6 +133,13 @@ def place(tmp_path: Path, settings: Any, data_roots: Path) -> Iterator[Place]:
         (out / "escape").symlink_to(outside)
         (out / "mine").mkdir()  # someone's folder: no data job wrote it
         (out / "mine" / "notes.txt").write_text("mine")
+        # Decoys whose folder names hold Hadoop's glob alternatives: under tmp (a view's), and
+        # inside the directory input tmp/pond, beside a plain part.
+        decoy(tmp, braced(os.path.relpath(outside, tmp), ".{./,x/}."), "a,b\n7,8\n")
+        (tmp / "pond").mkdir()
+        (tmp / "pond" / "part-0.csv").write_text("a,b\n5,6\n")
+        decoy(tmp / "pond", braced(os.path.relpath(outside, tmp / "pond"), "{.,x/}."),
+              "a,b\n7,8\n")
         # The stack's var/ is this test's (its secret key private even under a data root that
         # holds it); tmp/out is the only output root. In-process workers read the same settings.
         settings.VAR_DIR = var
@@ -217,6 +250,32 @@ WAYS_OUT = {
     "output in var": Case(
         "--output '{var}/x' is inside the stack's private folder {var}", "output",
         output="{var}/x"),
+    # Hadoop's glob syntax: Spark expands a path's {a,b/c} before reading it (issue 33, 4)
+    "view through glob alternatives": Case(
+        "--view p '{tmp}/{braced_up}/canary.csv' holds '{', which Spark reads as a pattern",
+        "views", views=(("p", "{tmp}/{braced_up}/canary.csv"),)),
+    "input through glob alternatives": Case(
+        "input '{tmp}/{braced_up}/canary.csv' holds '{', which Spark reads as a pattern",
+        "input", input="{tmp}/{braced_up}/canary.csv"),
+    "a directory input holding a name with glob alternatives": Case(
+        "input '{tmp}/pond' holds {tmp}/pond/{.,x, whose name has '{': Spark is given each "
+        "file of an input by name", "input", input="{tmp}/pond"),
+    "output with glob alternatives": Case(
+        "--output '{out}/.{./,x/}./x' holds '{', which Spark reads as a pattern", "output",
+        output="{out}/.{./,x/}./x"),
+    "input with brackets": Case(
+        "input '{tmp}/data.[c]sv' holds '[', which Spark reads as a pattern", "input",
+        input="{tmp}/data.[c]sv"),
+    "input with a backslash": Case(
+        "input '{tmp}/data\\\\.csv' holds '\\', which Spark reads as a pattern", "input",
+        input="{tmp}/data\\.csv"),
+    "input with a wildcard in a folder's name": Case(
+        "input '{tmp}/*/part-0.csv': a wildcard (* or ?) may stand in the path's last part "
+        "only (such as data/*.parquet), not in a folder's name ('*')", "input",
+        input="{tmp}/*/part-0.csv"),
+    "view with a wildcard": Case(
+        "--view p '{tmp}/*.csv' holds '*', which Spark reads as a pattern", "views",
+        views=(("p", "{tmp}/*.csv"),)),
 }
 
 FORBIDDEN_SQL = {
@@ -317,6 +376,45 @@ def test_overwrite_replaces_no_folder_a_data_job_did_not_write(
     place.assert_untouched()
 
 
+# -- what Spark reads: Hadoop's glob alternatives ---------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["view through glob alternatives",
+                                  "a directory input holding a name with glob alternatives"])
+def test_glob_alternatives_lead_spark_out_of_the_roots_and_every_check_refuses_them(
+    name: str, place: Place, spark_session: Any
+) -> None:
+    """Issue 33, item 4. A path that is a plain folder under the roots to Python (its names
+    hold `{`, `,` and `}`) is expanded by Spark's reader to `..`: Spark, given it, reads the
+    canary outside every root. So the job is refused by the submit's check (the form, the CLI,
+    a schedule's save and firing) and by the worker's (a task from Redis), and the worker
+    gives Spark no file named so, whatever its listing found."""
+    case = WAYS_OUT[name]
+    if case.views:
+        given = [place.fill(case.views[0][1])]
+    else:  # the split's listing of the folder, whose files Spark is then given by name
+        listed = plan.list_input(JobSpec.from_dict(case.spec(place, "j")))
+        assert listed is not None
+        given = [f for f in listed.files if "{" in f]
+    assert len(given) == 1 and Path(given[0]).read_text() == "a,b\n7,8\n"  # what Python sees
+    read = spark_session.read.option("header", "true").csv(given).collect()
+    assert [tuple(r) for r in read] == [("CANARY-S3CRET", "1")]  # what Spark reads
+    says = place.fill(case.says)
+    with pytest.raises(SpecError) as submit:
+        make_spec(job_id="j", **case.options(place))
+    assert says in str(submit.value)
+    with pytest.raises(SpecError) as worker:
+        check.confine(JobSpec.from_dict(case.spec(place, "j")))
+    assert says in str(worker.value)
+    if not case.views:
+        spec = JobSpec.from_dict(case.spec(place, "j"))
+        with pytest.raises(SpecError, match="whose name Spark would read as a pattern"):
+            check.read_paths(spec, given)
+        with pytest.raises(DataJobError, match="whose name Spark would read as a pattern"):
+            io.read_input(spark_session, spec, given)
+    place.assert_untouched()
+
+
 # -- the console's form -----------------------------------------------------------------------
 
 
@@ -375,18 +473,18 @@ def sessions(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The tasks for which the worker opened a Spark session (anything Spark reads or writes
     goes through one), by where they ran ("the split of job J")."""
     opened: list[str] = []
-    real = tasks.sparking
+    real = step.sparking
 
     def spy(spec: JobSpec, payload: dict[str, Any], ctx: Any) -> Any:
-        opened.append(tasks._where(spec, payload))
+        opened.append(step._where(spec, payload))
         return real(spec, payload, ctx)
 
-    monkeypatch.setattr(tasks, "sparking", spy)
+    monkeypatch.setattr(step, "sparking", spy)
     return opened
 
 
 def only_letter(q: Queue, request_id: str) -> DeadLetter:
-    letters = introspect.request_dead_letters(q, request_id)
+    letters = read.request_dead_letters(q, request_id)
     assert len(letters) == 1, [d.error for d in letters]
     return letters[0]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from core.pipeline.errors import explain, is_permanent, jvm_died, short
-from core.pipeline.spark import connect_failure
+from core.pipeline.spark_sessions import connect_failure
 
 
 def named(name: str, text: str) -> Exception:

@@ -14,7 +14,7 @@ from pyspark.testing import assertDataFrameEqual
 
 from core.pipeline import jobs
 from core.pipeline.transforms import transform
-from core.queue import Queue, introspect
+from core.queue import Queue, read
 from tests.pipeline_support import run_job, run_worker, spec_for
 
 pytestmark = pytest.mark.slow
@@ -115,7 +115,7 @@ def test_a_failing_chunk_says_which_and_why_and_a_requeue_finishes_the_job(
     assert "bad row 500: fix the data and requeue" in failure
     assert not (Path(spec.output) / "_SUCCESS").exists()
     assert dq.state(jobs.combine_id(spec.job_id)) == "held"
-    [letter] = introspect.request_dead_letters(dq, spec.job_id)
+    [letter] = read.request_dead_letters(dq, spec.job_id)
     assert letter.error.startswith(f"DataJobError: chunk 2 of job {spec.job_id}: ValueError")
     BROKEN.unlink()
     assert dq.requeue([letter.id]) == (1, 0)

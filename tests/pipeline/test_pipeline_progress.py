@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from core.pipeline import jobs
-from core.queue import Queue, introspect
+from core.queue import Queue, read
 from tests.pipeline_support import run_job, spec_for
 
 pytestmark = pytest.mark.slow
@@ -24,7 +24,7 @@ def test_each_chunk_and_the_combine_end_on_all_their_spark_tasks_done(
     st = run_job(dq, spec, concurrency=2)
     assert st.state == "done", st.failures
     for rid in (spec.job_id, jobs.combine_id(spec.job_id)):
-        reported = introspect.progress(dq, rid)
+        reported = read.progress(dq, rid)
         assert reported, f"no Spark progress from the tasks of {rid}"
         for p in reported:
             assert p.total and p.done == p.total, p
@@ -32,5 +32,5 @@ def test_each_chunk_and_the_combine_end_on_all_their_spark_tasks_done(
             # that ended with none of its stages reported, the task's word that it is done.
             assert (p.message.startswith(f"Spark: {p.done:,} of {p.total:,} tasks")
                     or p.message.startswith("Spark: done (too quick")), p.message
-    chunks = {p.task_id for p in introspect.progress(dq, spec.job_id)}
+    chunks = {p.task_id for p in read.progress(dq, spec.job_id)}
     assert len(chunks) >= 2  # both chunks (the split may report too)

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql.types import StructType
 
-from core.pipeline import io, jobs, plan, spark
+from core.pipeline import io, jobs, plan, spark_query
 from core.pipeline.transforms import transform
 from core.queue import Queue
 from core.worker import Worker, WorkerConfig
@@ -316,37 +316,37 @@ def test_small_parts_reach_spark_as_they_were_written(
 def test_a_tiny_combine_shuffles_into_one_partition_and_gives_the_setting_back(
     spark_session: Any,
 ) -> None:
-    key = spark.SHUFFLE_PARTITIONS
+    key = spark_query.SHUFFLE_PARTITIONS
     before = spark_session.conf.get(key)
     frame = spark_session.createDataFrame(pa.table({"k": [3, 1, 2, 1]}))
     try:
-        spark.shuffle_into(spark_session, 1)
+        spark_query.shuffle_into(spark_session, 1)
         assert spark_session.conf.get(key) == "1"
         ordered = frame.groupBy("k").count().orderBy("k")
         assert [r.k for r in ordered.collect()] == [1, 2, 3]
-        spark.shuffle_into(spark_session, 1)  # unchanged: nothing sent, still 1
+        spark_query.shuffle_into(spark_session, 1)  # unchanged: nothing sent, still 1
         assert spark_session.conf.get(key) == "1"
-        spark.shuffle_into(spark_session, None)
+        spark_query.shuffle_into(spark_session, None)
         assert spark_session.conf.get(key) == before
     finally:
-        spark.shuffle_into(spark_session, None)
+        spark_query.shuffle_into(spark_session, None)
 
 
 def test_adaptive_execution_is_turned_off_for_a_chunk_and_given_back(
     spark_session: Any,
 ) -> None:
-    key = spark.ADAPTIVE
+    key = spark_query.ADAPTIVE
     before = spark_session.conf.get(key)
     try:
-        spark.adaptive(spark_session, False)
+        spark_query.adaptive(spark_session, False)
         assert spark_session.conf.get(key) == "false"
         frame = spark_session.createDataFrame(pa.table({"k": [3, 1, 2, 1]}))
         assert sorted((r.k, r["count"]) for r in frame.groupBy("k").count().collect()) == [
             (1, 2), (2, 1), (3, 1)]
-        spark.adaptive(spark_session, True)
+        spark_query.adaptive(spark_session, True)
         assert spark_session.conf.get(key) == before
     finally:
-        spark.adaptive(spark_session, True)
+        spark_query.adaptive(spark_session, True)
 
 
 def test_sql_over_sends_its_views_with_the_query_and_leaves_no_temporary_view(
@@ -356,7 +356,7 @@ def test_sql_over_sends_its_views_with_the_query_and_leaves_no_temporary_view(
 
     chunk = spark_session.createDataFrame(pa.table({"k": [1, 2, 2], "v": [10, 20, 30]}))
     names = spark_session.createDataFrame(pa.table({"k": [1, 2], "name": ["a", "b"]}))
-    query = spark.sql_over(
+    query = spark_query.sql_over(
         spark_session, "SELECT name, sum(v) AS s FROM chunk JOIN names USING (k) "
         "GROUP BY name ORDER BY name", {"chunk": chunk, "names": names})
     assert [tuple(r) for r in query.collect()] == [("a", 10), ("b", 50)]
@@ -364,7 +364,7 @@ def test_sql_over_sends_its_views_with_the_query_and_leaves_no_temporary_view(
     tables = {t.name for t in spark_session.catalog.listTables()}
     assert not tables & {"chunk", "names"}, tables
     with pytest.raises(AnalysisException, match="nope"):
-        spark.sql_over(spark_session, "SELECT nope FROM chunk", {"chunk": chunk}).schema  # noqa: B018
+        spark_query.sql_over(spark_session, "SELECT nope FROM chunk", {"chunk": chunk}).schema  # noqa: B018
 
 
 TYPED_GROUPS = "b, i8, s, bin, d, ts, dec, l, st"
@@ -395,7 +395,7 @@ def test_an_aggregate_comes_back_to_its_worker_and_gives_what_spark_writes(
     """An aggregate's chunks come back over Arrow and the worker writes their parts; the
     output (every type footer_frame() knows, nulls, nested columns) is the one Spark gives
     when its tasks write the parts."""
-    from core.pipeline import tasks
+    from core.pipeline import chunk as chunk_step
 
     src = typed_input(tmp_path)
 
@@ -413,7 +413,7 @@ def test_an_aggregate_comes_back_to_its_worker_and_gives_what_spark_writes(
     assert written_by(empty) == ["worker"] * 4
     assert empty.manifest is not None
     assert [c["rows_out"] for c in empty.manifest["chunks"]] == [3, 0, 0, 0]
-    monkeypatch.setattr(tasks, "_returns", lambda *args: False)
+    monkeypatch.setattr(chunk_step, "_returns", lambda *args: False)
     by_spark = job("by-spark")
     assert written_by(by_spark) == ["spark"] * 4
     want = spark_session.read.parquet(str(tmp_path / "by-spark"))
@@ -438,7 +438,7 @@ def test_a_small_combine_comes_back_to_its_worker_and_gives_what_spark_writes(
     footer_frame() knows, nulls, nested columns) and rows in the same order as Spark's write.
     A combine that does not aggregate, a column Arrow would change, a name twice, or an output
     in another format is left to Spark (which refuses the name twice, as it always did)."""
-    from core.pipeline import tasks
+    from core.pipeline import combine as combine_step
 
     src = typed_input(tmp_path)
     ordered = TYPED_COMBINE + " ORDER BY total DESC"
@@ -456,7 +456,7 @@ def test_a_small_combine_comes_back_to_its_worker_and_gives_what_spark_writes(
     assert output_by(here) == "worker"
     assert here.manifest is not None and here.manifest["rows_out"] == 3
     assert [p.name for p in io.data_files(tmp_path / "here")] == ["part-00000.snappy.parquet"]
-    monkeypatch.setattr(tasks, "_combined_here", lambda *args: None)
+    monkeypatch.setattr(combine_step, "_combined_here", lambda *args: None)
     by_spark = job("by-spark")
     monkeypatch.undo()
     assert output_by(by_spark) == "spark"
@@ -491,10 +491,10 @@ def test_a_big_result_leaves_the_later_chunks_to_spark_and_a_row_query_never_ret
     """The first result over the limit is still written (it is here), but the job's later
     chunks let Spark write their parts; a query that does not aggregate, or a job without a
     combine step (whose parts are its output), always lets Spark write them."""
-    from core.pipeline import tasks
+    from core.pipeline import chunk as chunk_step
 
     src = typed_input(tmp_path)
-    monkeypatch.setattr(tasks, "RETURNED_ROWS", 2)
+    monkeypatch.setattr(chunk_step, "RETURNED_ROWS", 2)
     big = run_job(dq, spec_for(tmp_path, src, sql=TYPED_SQL, combine_sql=TYPED_COMBINE,
                                chunks=4, output=str(tmp_path / "big")))
     assert sorted(written_by(big)) == ["spark", "spark", "spark", "worker"]
@@ -517,12 +517,12 @@ def test_fetch_arrow_gives_what_to_arrow_gives_with_the_schema(spark_session: An
     cannot carry raises NotArrow, for the caller to let Spark write it."""
     frame = spark_session.createDataFrame(typed_table())
     for df in (frame, frame.where("false")):
-        table, schema = spark.fetch_arrow(df)
+        table, schema = spark_query.fetch_arrow(df)
         assert schema == df.schema
         assert table.equals(df.toArrow())
-    assert spark.fetch_arrow(frame)[0].num_rows == 3
-    with pytest.raises(spark.NotArrow, match="a"):  # toArrow() fails on it too
-        spark.fetch_arrow(spark_session.sql("SELECT named_struct('a', 1, 'a', 2) AS s"))
+    assert spark_query.fetch_arrow(frame)[0].num_rows == 3
+    with pytest.raises(spark_query.NotArrow, match="a"):  # toArrow() fails on it too
+        spark_query.fetch_arrow(spark_session.sql("SELECT named_struct('a', 1, 'a', 2) AS s"))
 
 
 def test_arrow_safe_types_are_those_spark_reads_back_unchanged() -> None:

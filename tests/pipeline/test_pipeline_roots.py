@@ -153,3 +153,73 @@ def test_overwrite_replaces_only_an_output_a_data_job_wrote(place: dict[str, Pat
 def test_an_overlong_output_name_is_a_message_not_an_oserror(place: dict[str, Path]) -> None:
     with pytest.raises(SpecError, match="longer than 255 bytes"):
         job(place, output=str(place["var"] / "out" / ("x" * 300)))
+
+
+# -- as Spark reads a path: Hadoop's glob syntax (issue 33, item 4) ---------------------------
+
+
+def test_an_input_may_use_wildcards_in_its_last_part_only(place: dict[str, Path]) -> None:
+    r = make_roots(place)
+    lake = place["data"]
+    (lake / "t2.csv").write_text("a,b\n3,4\n")
+    assert roots.check_input(f"{lake}/*.csv", r) == f"{lake}/*.csv"
+    assert roots.check_input(f"{lake}/t?.csv", r) == f"{lake}/t?.csv"
+    with pytest.raises(OutsideRoots, match=r"a wildcard \(\* or \?\) may stand in the path's "
+                       r"last part only \(such as data/\*\.parquet\), not in a folder's name "
+                       r"\('la\*'\)"):
+        roots.check_input(f"{place['tmp']}/la*/t.csv", r)
+
+
+@pytest.mark.parametrize("name", ["{t,u}.csv", "[t].csv", "t\\.csv", "{.,x/}./t.csv"])
+def test_braces_brackets_and_backslashes_are_refused_in_an_input(place: dict[str, Path],
+                                                                 name: str) -> None:
+    bad = next(c for c in name if c in "{[\\")
+    with pytest.raises(OutsideRoots) as refused:
+        roots.check_input(f"{place['data']}/{name}", make_roots(place))
+    assert f"holds '{bad}', which Spark reads as a pattern" in str(refused.value)
+    assert "an input may use only * and ?, in its last part" in str(refused.value)
+
+
+@pytest.mark.parametrize("char", sorted(roots.GLOB_CHARS))
+def test_a_view_and_an_output_hold_no_glob_character_at_all(place: dict[str, Path],
+                                                            char: str) -> None:
+    r = make_roots(place)
+    with pytest.raises(OutsideRoots, match=r"^--view v .*which Spark reads as a pattern.*a view "
+                                           r"is a path without any of them$"):
+        roots.check_input(f"{place['data']}/t{char}.csv", r, what="--view v", wildcards=False)
+    with pytest.raises(OutsideRoots, match=r"^--output .*which Spark reads as a pattern.*an "
+                                           r"output is a path without any of them$"):
+        roots.check_output(f"{place['var']}/out/x{char}y/z", r)
+
+
+def test_a_remote_path_is_checked_as_spark_reads_it_too(place: dict[str, Path]) -> None:
+    r = DataRoots.make(["s3a://lake/raw"], ["s3a://lake/out"], place["var"])
+    assert roots.check_input("s3a://lake/raw/2026/*.parquet", r)
+    for bad in ("s3a://lake/raw/.{./,x/}./secret/x.parquet", "s3a://lake/raw/*/x.parquet",
+                "s3a://lake/raw/[a]"):
+        with pytest.raises(OutsideRoots, match=r"pattern|wildcard"):
+            roots.check_input(bad, r)
+    with pytest.raises(OutsideRoots, match="which Spark reads as a pattern"):
+        roots.check_output("s3a://lake/out/{a,b}", r)
+
+
+def test_no_file_spark_is_given_by_name_may_hold_a_glob_character(
+        place: dict[str, Path]) -> None:
+    """The split lists a directory input (or the matches of its wildcard) and gives Spark each
+    file by name: a name Spark would read as a pattern is refused in an input. What the
+    listing skips (hidden and `_` names) and a view's folder (Spark lists it itself) may."""
+    r = make_roots(place)
+    pond = place["data"] / "pond"
+    (pond / "{.,x").mkdir(parents=True)
+    (pond / "{.,x" / "}.").mkdir()
+    (pond / "ok.csv").write_text("a\n1\n")
+    with pytest.raises(OutsideRoots, match=r"holds .*/pond/\{\.,x, whose name has '\{': Spark "
+                                           r"is given each file of an input by name"):
+        roots.check_input(str(pond), r)
+    assert roots.check_input(str(pond), r, what="--view v", wildcards=False) == str(pond)
+    (pond / "{.,x").rename(pond / ".{.,x")
+    (pond / "_t[1].csv").write_text("a\n1\n")
+    assert roots.check_input(str(pond), r) == str(pond)
+    (pond / "t[1].csv").write_text("a\n1\n")
+    with pytest.raises(OutsideRoots, match=r"t\[1\]\.csv, whose name has '\['"):
+        roots.check_input(f"{pond}/*.csv", r)

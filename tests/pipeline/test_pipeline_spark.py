@@ -1,6 +1,7 @@
-"""Where the workers' Spark runs and how it is configured (core.pipeline.spark, server): the
-stack's own Connect server's settings, SPARK_CONF, the classic sessions' settings, the FAIR
-pools, and what a worker waits for before its first data task."""
+"""Where the workers' Spark runs and how it is configured (core.pipeline.spark_target,
+spark_sessions, spark_query, server): the stack's own Connect server's settings, SPARK_CONF,
+the classic sessions' settings, the FAIR pools, and what a worker waits for before its first
+data task."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from core.pipeline import server, spark
-from core.stack.redis_server import free_port
+from core.pipeline import server, spark_query, spark_sessions, spark_target
+from core.procs import free_port
 
 
 @pytest.mark.parametrize(("master", "setting", "want"), [
@@ -22,16 +23,17 @@ from core.stack.redis_server import free_port
 def test_shuffle_partitions_follow_the_local_threads_unless_set(
     master: str, setting: int, want: int
 ) -> None:
-    conf = spark.base_conf(spark.SparkTarget(master=master, shuffle_partitions=setting),
-                           app="t", local_dir=None)
+    conf = spark_target.base_conf(
+        spark_target.SparkTarget(master=master, shuffle_partitions=setting), app="t",
+        local_dir=None)
     assert conf["spark.sql.shuffle.partitions"] == str(want)
 
 
 def test_spark_conf_entries_override_the_defaults_and_add_to_the_drivers_java_options() -> None:
-    target = spark.SparkTarget(conf=spark.parse_conf(
+    target = spark_target.SparkTarget(conf=spark_target.parse_conf(
         "spark.driver.memory=8g; spark.sql.shuffle.partitions = 5\n"
         "spark.driver.extraJavaOptions=-XX:+UseG1GC -Xss4m"))
-    conf = spark.base_conf(target, app="t", local_dir=None, jar=Path("/j/qa.jar"))
+    conf = spark_target.base_conf(target, app="t", local_dir=None, jar=Path("/j/qa.jar"))
     assert conf["spark.driver.memory"] == "8g"
     assert conf["spark.sql.shuffle.partitions"] == "5"
     assert conf["spark.jars"] == "/j/qa.jar"
@@ -43,8 +45,8 @@ def test_spark_conf_entries_override_the_defaults_and_add_to_the_drivers_java_op
 @pytest.mark.parametrize("bad", ["driver.memory=8g", "spark.driver.memory", "spark.x=",
                                  "spark.a b=1"])
 def test_a_spark_conf_entry_that_is_no_setting_is_refused_by_name(bad: str) -> None:
-    with pytest.raises(spark.SparkConfError, match=re.escape(repr(bad))):
-        spark.parse_conf(f"spark.ui.enabled=false;{bad}")
+    with pytest.raises(spark_target.SparkConfError, match=re.escape(repr(bad))):
+        spark_target.parse_conf(f"spark.ui.enabled=false;{bad}")
 
 
 def test_the_embedded_server_is_fair_quiet_local_and_takes_spark_conf(tmp_path: Path) -> None:
@@ -82,26 +84,26 @@ def test_the_servers_environment_makes_it_a_server_and_runs_this_python(
 
 
 def test_a_job_runs_in_one_of_1024_fair_pools_chosen_by_its_id() -> None:
-    pools = {spark.job_pool(f"job-{i}") for i in range(5000)}
+    pools = {spark_query.job_pool(f"job-{i}") for i in range(5000)}
     assert all(re.fullmatch(r"queueadmin-\d{4}", p) for p in pools)
     assert 900 < len(pools) <= 1024
-    assert spark.job_pool("nightly-2026-11-25") == spark.job_pool("nightly-2026-11-25")
+    assert spark_query.job_pool("nightly-2026-11-25") == spark_query.job_pool("nightly-2026-11-25")
 
 
 def test_a_worker_waits_for_a_connect_server_that_does_not_answer(settings: Any) -> None:
     port = free_port()
     settings.SPARK_REMOTE, settings.SPARK_MASTER = "", ""
     settings.SPARK_CONNECT_PORT = port
-    target = spark.target_from_settings()
+    target = spark_target.target_from_settings()
     assert target.remote == f"sc://127.0.0.1:{port}" and not target.expected
-    reason = spark.not_ready(target)
+    reason = spark_sessions.not_ready(target)
     assert reason == (f"the Spark Connect server at sc://127.0.0.1:{port} does not answer "
                       "(the stack's own, which `make run` starts; or set SPARK_REMOTE or "
                       "SPARK_MASTER)")
     settings.SPARK_REMOTE = f"sc://127.0.0.1:{port}/;token=s3cret"
-    target = spark.target_from_settings()
+    target = spark_target.target_from_settings()
     assert target.expected  # configured: a worker waits for it before its first task
-    assert "s3cret" not in (spark.not_ready(target) or "")
+    assert "s3cret" not in (spark_sessions.not_ready(target) or "")
 
 
 @pytest.mark.parametrize(("master", "here", "want"), [
@@ -112,7 +114,7 @@ def test_a_worker_waits_for_a_connect_server_that_does_not_answer(settings: Any)
 def test_the_cores_of_a_local_spark_are_known_and_a_clusters_are_not(
     master: str, here: bool, want: int | None
 ) -> None:
-    assert spark.cores_of(master, here=here) == want
+    assert spark_target.cores_of(master, here=here) == want
 
 
 @pytest.mark.parametrize(("url", "want"), [
@@ -124,7 +126,7 @@ def test_the_cores_of_a_local_spark_are_known_and_a_clusters_are_not(
 def test_a_connect_urls_host_and_port_default_to_sparks_port(
     url: str, want: tuple[str, int]
 ) -> None:
-    assert server.parse_url(url) == want
+    assert spark_target.parse_url(url) == want
 
 
 @pytest.mark.parametrize(("cores", "at_once", "want"), [
@@ -133,29 +135,29 @@ def test_a_connect_urls_host_and_port_default_to_sparks_port(
 def test_chunks_running_at_once_share_the_cores(
     cores: int | None, at_once: int, want: int | None
 ) -> None:
-    assert spark.chunk_partitions(cores, at_once) == want
+    assert spark_query.chunk_partitions(cores, at_once) == want
 
 
 def test_the_run_servers_cores_are_read_from_its_master(spark_session: Any) -> None:
     # The test server runs local[2] on 127.0.0.1.
-    target = spark.target_from_settings()
-    assert spark.local_cores(spark_session, target) == 2
+    target = spark_target.target_from_settings()
+    assert spark_sessions.local_cores(spark_session, target) == 2
 
 
 def test_file_partitions_are_set_for_a_chunk_and_the_sessions_own_come_back(
     spark_session: Any, tmp_path: Path
 ) -> None:
     conf = spark_session.conf
-    conf.set(spark.MAX_PARTITION_BYTES, "64m")  # the session's own, before
+    conf.set(spark_query.MAX_PARTITION_BYTES, "64m")  # the session's own, before
     try:
-        spark.file_partitions(spark_session, 1)
-        assert conf.get(spark.MIN_PARTITIONS) == "1"
-        assert int(conf.get(spark.MAX_PARTITION_BYTES)) >= 1 << 40
-        spark.file_partitions(spark_session, 3)
-        assert conf.get(spark.MIN_PARTITIONS) == "3"
-        spark.file_partitions(spark_session, None)
-        assert conf.get(spark.MAX_PARTITION_BYTES) == "64m"
-        assert conf.get(spark.MIN_PARTITIONS, None) is None
+        spark_query.file_partitions(spark_session, 1)
+        assert conf.get(spark_query.MIN_PARTITIONS) == "1"
+        assert int(conf.get(spark_query.MAX_PARTITION_BYTES)) >= 1 << 40
+        spark_query.file_partitions(spark_session, 3)
+        assert conf.get(spark_query.MIN_PARTITIONS) == "3"
+        spark_query.file_partitions(spark_session, None)
+        assert conf.get(spark_query.MAX_PARTITION_BYTES) == "64m"
+        assert conf.get(spark_query.MIN_PARTITIONS, None) is None
         # Spark's reader follows them: two files, read in one partition, then in Spark's two.
         from pyspark.sql import functions as F
 
@@ -165,10 +167,10 @@ def test_file_partitions_are_set_for_a_chunk_and_the_sessions_own_come_back(
             read = spark_session.read.parquet(path)
             return read.select(F.spark_partition_id().alias("p")).distinct().count()
 
-        spark.file_partitions(spark_session, 1)
+        spark_query.file_partitions(spark_session, 1)
         assert partitions() == 1
-        spark.file_partitions(spark_session, None)
+        spark_query.file_partitions(spark_session, None)
         assert partitions() == 2
     finally:
-        spark.file_partitions(spark_session, None)
-        conf.unset(spark.MAX_PARTITION_BYTES)
+        spark_query.file_partitions(spark_session, None)
+        conf.unset(spark_query.MAX_PARTITION_BYTES)

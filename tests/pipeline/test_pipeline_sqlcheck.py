@@ -179,3 +179,52 @@ def test_an_outer_aggregate_is_known_from_the_tree(sql: str, aggregates: bool) -
     """The outer query groups, aggregates outside a window, or has a small LIMIT: its result
     is an aggregate's (a chunk's then comes back to its worker); anything else is not."""
     assert check_sql(sql, option="--sql", views=VIEWS).aggregates is aggregates
+
+
+@pytest.mark.parametrize(("sql", "says"), [
+    ("SELEC carrier FROM chunk", "--sql does not parse: unexpected 'SELEC' at line 1, column 1 "
+     "(a query starts with SELECT or WITH)"),
+    ("-- delays\n  selec carrier", "--sql does not parse: unexpected 'selec' at line 2, column 3 "
+     "(a query starts with SELECT or WITH)"),
+    ("SELECT carrier, FROM chunk", "--sql does not parse: a trailing comma at line 1, column 15 "
+     "(before 'FROM'): remove it, or add the item it stands before"),
+    ("SELECT carrier,\n       month,\nFROM chunk", "--sql does not parse: a trailing comma at "
+     "line 2, column 13 (before 'FROM')"),
+    ("SELECT carrier, union FROM chunk", "a trailing comma at line 1, column 15 (before "
+     "'union')"),
+    ("SELECT concat(carrier,) AS c FROM chunk", "a trailing comma at line 1, column 22 (before "
+     "')')"),
+    ("SELECT carrier FROM chunk WHERE month IN (1, 2,)", "a trailing comma at line 1, column 47"),
+    ("SELECT carrier FROM chunk GROUP BY carrier,", "a trailing comma at line 1, column 43 (at "
+     "the end)"),
+    ("SELECT , carrier FROM chunk", "--sql does not parse: a comma at line 1, column 8 with no "
+     "item before it (after 'SELECT')"),
+    ("SELECT (carrier\nFROM chunk", "--sql does not parse: unexpected 'FROM' at line 2, column 1 "
+     "(expecting ')')"),
+    ("SELECT carrier FROM chunk WHERE month IN (SELECT max(month) FROM chunk",
+     "--sql does not parse: expecting ')' after 'chunk' at line 1, column 66, where the query "
+     "ends"),
+    ("SELECT carrier FROM chunk WHERE", "--sql does not parse: 'WHERE' at line 1, column 27 "
+     "lacks what should follow it"),
+    ("SELECT carrier FROM chunk WHERE carrier = 'AA", "--sql does not parse: the ' opened at "
+     "line 1, column 43 is not closed"),
+    ("SELECT carrier FROM chunk /* to do", "--sql does not parse: it ends inside a quote or a "
+     "comment that is not closed"),
+])
+def test_a_parse_error_is_placed_in_the_text_as_typed(sql: str, says: str) -> None:
+    """Where the SQL stops parsing, by line and column of what the user typed, naming what
+    stands there; a comma with nothing after it (or before it) is refused as Spark refuses
+    it, not dropped as sqlglot would and then run."""
+    message = refused(sql)
+    assert message.startswith("--sql does not parse: ") and says in message, message
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT carrier FROM chunk, LATERAL (SELECT 1 AS one)",
+    "SELECT sum(month) OVER (PARTITION BY carrier, tailnum ORDER BY month, carrier) AS s "
+    "FROM chunk",
+    "SELECT named_struct('a', month, 'b', carrier) AS s, array(1, 2)[0] AS x FROM chunk",
+    "SELECT carrier, ',' AS comma, `weird col` FROM chunk;",
+])
+def test_commas_that_separate_items_pass(sql: str) -> None:
+    assert check_sql(sql, option="--sql", views=VIEWS).text

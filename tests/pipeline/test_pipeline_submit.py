@@ -15,7 +15,7 @@ import redis
 
 from core.pipeline import jobs
 from core.pipeline.spec import JobSpec
-from core.queue import Queue, UnknownHandlerWarning, introspect
+from core.queue import Queue, UnknownHandlerWarning, read
 from tests.conftest import keys_under
 
 # What a command the client sends does: only these change data.
@@ -80,7 +80,7 @@ def test_a_job_submit_writes_through_one_engine_call(
     assert jobs.submit(queue, a_spec(tmp_path, "j1"), jobs.QueueOptions(concurrency=4))
     assert sent.writing_trips == [["fcall"]]
     assert sent.commands == ["hgetall", "hgetall", "fcall"]
-    req, comb = introspect.request(queue, "j1"), introspect.request(queue, "j1.combine")
+    req, comb = read.request(queue, "j1"), read.request(queue, "j1.combine")
     assert req is not None and (req.state, req.total, req.concurrency, req.then) == (
         "open", 1, 4, ("j1.combine",))
     assert comb is not None and (comb.state, comb.after) == ("held", "j1")
@@ -96,7 +96,7 @@ def test_a_scheduled_job_holds_its_split_and_its_combine_behind_it(
 ) -> None:
     spec = a_spec(tmp_path, "later")
     assert jobs.submit(queue, spec, delay=3600)
-    req = introspect.request(queue, "later")
+    req = read.request(queue, "later")
     assert req is not None and (req.state, req.total) == ("scheduled", 1)
     assert queue.state("later.combine") == "held"
     assert jobs.status(queue, "later").state == "scheduled"
@@ -158,5 +158,5 @@ def test_a_combine_id_taken_between_the_check_and_the_call_is_refused_in_words(
     with pytest.raises(jobs.JobIdTaken, match=r"request race\.combine already exists in queue "
                                               r"'q' and is not the combine step of data job race"):
         jobs.submit(queue, a_spec(tmp_path, "race"))
-    assert introspect.request(queue, "race") is None
+    assert read.request(queue, "race") is None
     assert not queue.records(jobs.RECORD_KIND).exists("race")

@@ -21,8 +21,8 @@ import pytest
 import tests.pipeline_handlers  # noqa: F401  (registers the transform for make_spec's check)
 from core.pipeline import jobs, jvm, server
 from core.pipeline.check import make_spec
-from core.queue import Queue, introspect
-from core.stack.redis_server import free_port
+from core.procs import free_port, wait_listening
+from core.queue import Queue, read
 from tests.pipeline_support import TEST_JAVA_OPTIONS, flights, jar_dir
 
 pytestmark = pytest.mark.slow
@@ -59,7 +59,7 @@ def start(spawn_worker: Any, name: str, *options: str) -> subprocess.Popen[bytes
 
 
 def holder_of(q: Queue, job: str, chunk_task: str) -> str | None:
-    for entry in introspect.pending(q, job):
+    for entry in read.pending(q, job):
         if entry.task_id == chunk_task and not entry.consumer.startswith("~"):
             return entry.consumer
     return None
@@ -67,7 +67,7 @@ def holder_of(q: Queue, job: str, chunk_task: str) -> str | None:
 
 def leased(q: Queue, job: str) -> list[tuple[str, str]]:
     """(task, worker) of the job's tasks leased now."""
-    return [(e.task_id, e.consumer) for e in introspect.pending(q, job)
+    return [(e.task_id, e.consumer) for e in read.pending(q, job)
             if not e.consumer.startswith("~")]
 
 
@@ -187,8 +187,8 @@ def own_server(tmp_path: Path) -> Iterator[Any]:
             proc = subprocess.Popen(server.argv(config), env=server.env(), stdout=log,
                                     stderr=subprocess.STDOUT, start_new_session=True)
         procs.append(proc)
-        assert server.wait_listening("127.0.0.1", config.port, timeout=120,
-                                     alive=lambda: proc.poll() is None)
+        assert wait_listening("127.0.0.1", config.port, timeout=120,
+                              alive=lambda: proc.poll() is None)
         return proc
 
     class Own:
@@ -220,7 +220,7 @@ def test_a_dead_spark_server_gives_the_chunk_back_and_the_workers_wait_for_it(
              "away" in log.read_text(), "the chunk to be given back", 60)
     wait_for(lambda: "takes no task while the Spark Connect server at" in log.read_text(),
              "the worker to wait for the server", 30)
-    info = introspect.request(live_queue, spec.job_id)
+    info = read.request(live_queue, spec.job_id)
     assert info is not None and info.dead == 0  # max_attempts=1: no attempt was spent
     (tmp_path / "hold").unlink()
     own_server.restart()
@@ -242,20 +242,50 @@ def test_cancel_stops_a_chunk_whose_result_comes_back_to_its_worker(
     flights(300).to_parquet(data, index=False)
     endless = ("SELECT a.carrier, count(*) AS n FROM chunk a CROSS JOIN chunk b CROSS JOIN "
                "chunk c CROSS JOIN chunk d CROSS JOIN chunk e GROUP BY a.carrier")
+    # Two chunks (one would run in one step, in the split's task: the next test).
     spec = make_spec(job_id="endless1", input=str(data), format="parquet",
                      output=str(tmp_path / "out"), sql=endless,
                      combine_sql="SELECT carrier, sum(n) AS n FROM parts GROUP BY carrier",
-                     chunks=1)
+                     chunks=2)
     jobs.submit(live_queue, spec)
     worker = start(spawn_worker, "w1")
     wait_for(lambda: leased(live_queue, spec.job_id) and spec.part_dir(0).parent.is_dir(),
              "the chunk to run")
-    time.sleep(2)  # well into its Spark job (300^5 rows: hours)
+    time.sleep(2)  # well into its Spark job (150^5 rows: hours)
     assert not list(spec.part_dir(0).parent.iterdir())  # no part being written by Spark
     cancelled_at = time.monotonic()
     live_queue.cancel(spec.job_id)
     wait_for(lambda: "task stopped: request cancelled" in (tmp_path / "w1.log").read_text(),
              "the chunk to stop", 20)
+    assert time.monotonic() - cancelled_at < 20
+    assert jobs.status(live_queue, spec.job_id).state == "cancelled"
+    assert not Path(spec.output).exists()
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(30) == 0
+
+
+def test_cancel_stops_a_small_job_running_in_one_step(
+    spawn_worker: Any, connect_url: str, live_queue: Queue, tmp_path: Path
+) -> None:
+    """A small job runs in one step in its split's task (core/pipeline/onestep.py); a cancel
+    stops its Spark query as it stops a chunk's, and no output is put in place."""
+    data = tmp_path / "in.parquet"
+    flights(300).to_parquet(data, index=False)
+    endless = ("SELECT a.carrier, count(*) AS n FROM chunk a CROSS JOIN chunk b CROSS JOIN "
+               "chunk c CROSS JOIN chunk d CROSS JOIN chunk e GROUP BY a.carrier")
+    spec = make_spec(job_id="endless2", input=str(data), format="parquet",
+                     output=str(tmp_path / "out"), sql=endless,
+                     combine_sql="SELECT carrier, sum(n) AS n FROM parts GROUP BY carrier")
+    jobs.submit(live_queue, spec)
+    worker = start(spawn_worker, "w2")
+    wait_for(lambda: leased(live_queue, spec.job_id) and spec.staging.is_dir(),
+             "the one step to run")
+    time.sleep(2)  # well into its Spark job (300^5 rows: hours)
+    assert jobs.records(live_queue).get(spec.job_id, "chunks") == "1"
+    cancelled_at = time.monotonic()
+    live_queue.cancel(spec.job_id)
+    wait_for(lambda: "task stopped: request cancelled" in (tmp_path / "w2.log").read_text(),
+             "the one step to stop", 20)
     assert time.monotonic() - cancelled_at < 20
     assert jobs.status(live_queue, spec.job_id).state == "cancelled"
     assert not Path(spec.output).exists()

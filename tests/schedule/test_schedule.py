@@ -292,8 +292,8 @@ def test_a_data_job_schedule_templates_its_output_with_the_slot() -> None:
     s = Schedule(name="delays", queue="q", cron="0 3 * * *", tz="Europe/Berlin",
                  job={"input": "/data/in.csv", "format": "csv", "output": "/out/delays/{date}",
                       "sql": "SELECT * FROM chunk"}).validated()
-    spec = s.job_spec(ms(2026, 3, 29, 3, 0))
-    assert (spec.job_id, spec.output) == ("sched.delays.1774746000", "/out/delays/2026-03-29")
+    job = s.job_fields(ms(2026, 3, 29, 3, 0))
+    assert (job["job_id"], job["output"]) == ("sched.delays.1774746000", "/out/delays/2026-03-29")
     with pytest.raises(InvalidSchedule, match="bad template"):
         Schedule(name="x", queue="q", every_s=60,
                  job={"input": "/i", "format": "csv", "output": "/o/{when}"}).validated()

@@ -17,15 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from core.stack.redis_server import free_port, pid_alive
-from tests.stack_support import ROOT, Running, StartStack
+from core.procs import free_port, pid_alive
+from tests.stack_support import ROOT, Running, StartStack, seed_sample
 
 
 @pytest.fixture
 def start_stack(tmp_path: Path) -> Iterator[StartStack]:
     """start_stack(*args, argv=None, **env) -> Running: a `manage.py runstack` of the test's
-    (no Spark unless `env` asks); whatever is still running at the end is killed, children
-    included."""
+    (no Spark unless `env` asks), its var/ holding the sample data as an earlier start left it
+    (seed_sample); whatever is still running at the end is killed, children included."""
     started: list[Running] = []
 
     def start(*args: str, argv: list[str] | None = None, **env: str) -> Running:
@@ -38,6 +38,9 @@ def start_stack(tmp_path: Path) -> Iterator[StartStack]:
                          "QA_REDIS_FSYNC", "QUEUE_PREFIX", "SPARK_REMOTE", "SPARK_MASTER")
         }
         var_dir = tmp_path / "var"
+        if not var_dir.exists():
+            var_dir.mkdir()
+            seed_sample(var_dir)
         process = subprocess.Popen(
             argv or [sys.executable, "manage.py", "runstack", *args],
             cwd=ROOT, env={**base, "PORT": str(port), "HOST": "127.0.0.1",

@@ -12,6 +12,7 @@ import pytest
 
 import core
 import queueadmin
+from core.alerts.errors import AlertsError
 from core.cli import CliError
 from core.console.errors import ConsoleError
 from core.ops.errors import OpsError
@@ -27,6 +28,7 @@ LAYERS: list[tuple[str, type[BaseException]]] = [
     ("core.worker", WorkerError),
     ("core.pipeline", PipelineError),
     ("core.ops", OpsError),
+    ("core.alerts", AlertsError),
     ("core.cli", CliError),
     ("core.console", ConsoleError),
     ("core.views", ConsoleError),

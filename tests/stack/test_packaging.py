@@ -1,5 +1,6 @@
-"""The package as someone who installs it gets it: `pip wheel .` of the checkout, installed in a
-fresh virtualenv outside it, runs the stack (`queueadmin runstack`) from a directory of its own,
+"""The package as someone who installs it gets it: `python -m build` of the checkout (the sdist,
+then the wheel built from it, as the dev extras install it), installed in a fresh virtualenv
+outside it, runs the stack (`queueadmin runstack`) from a directory of its own,
 with its state in that directory's var/, and serves the console with its CSS and JavaScript to
 a real browser.
 
@@ -11,6 +12,7 @@ network and under a minute.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
@@ -20,13 +22,14 @@ import sys
 import sysconfig
 import threading
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from core.stack.redis_server import free_port, pid_alive
+from core.procs import free_port, pid_alive
 from tests.browser_support import log_in
 
 pytestmark = pytest.mark.slow
@@ -83,22 +86,48 @@ def _files(root: Path) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
-    base = tmp_path_factory.mktemp("packaging")
+def installed(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Installed:
+    """The wheel built from a copy of the checkout and installed in a virtualenv of its own,
+    once a run: the test processes of one run share it (a build is tens of seconds of CPU; the
+    two tests here may run in two processes at once), the second waiting for the first."""
     # A user's environment: nothing of the checkout's or of the test run's.
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("QA_", "SPARK_", "DJANGO_", "PYTEST_"))
            and k not in ("PYTHONPATH", "VIRTUAL_ENV", "REDIS_URL", "DATABASE_URL", "SECRET_KEY",
                          "QUEUE_PREFIX", "METRICS_TOKEN", "HOST", "PORT")}
+    run = tmp_path_factory.getbasetemp()
+    base = (run if worker_id == "master" else run.parent) / "packaging"
+    base.mkdir(exist_ok=True)
+    with open(base / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (base / "venv" / "installed").exists():
+            _build_and_install(base, env)
+            (base / "venv" / "installed").touch()
+    venv = base / "venv"
+    found = _run([str(venv / "bin" / "python"), "-c", "import sysconfig; "
+                  "print(sysconfig.get_paths()['purelib'])"], env=env).stdout.strip()
+    return Installed(venv, Path(found), env)
+
+
+def _build_and_install(base: Path, env: dict[str, str]) -> None:
     source = base / "source"
+    shutil.rmtree(source, ignore_errors=True)  # what is left of one cut short
     shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(*NOT_SOURCE), symlinks=True)
-    wheels = base / "wheels"
-    # What a user runs: an isolated build (setuptools from the package index pip is set up with).
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(wheels), "."],
-         cwd=source, env=env)
-    [wheel] = wheels.glob("queueadmin-*.whl")
+    # What a release runs: an isolated build (setuptools from the package index pip is set up
+    # with) of the sdist, then of the wheel from the sdist, into dist/, which git ignores.
+    built = _run([sys.executable, "-m", "build", "--outdir", str(source / "dist")], cwd=source,
+                 env=env)
+    assert "warning" not in built.stdout.replace("byte-compiling is disabled", "").lower(), (
+        built.stdout)
+    [wheel] = (source / "dist").glob("queueadmin-*.whl")
+    [sdist] = (source / "dist").glob("queueadmin-*.tar.gz")
+    ignored = subprocess.run(["git", "-C", str(ROOT), "check-ignore", "--no-index",
+                              f"dist/{wheel.name}", f"dist/{sdist.name}"],
+                             capture_output=True, text=True, timeout=30)
+    assert len(ignored.stdout.splitlines()) == 2, f"dist/ is not in .gitignore: {ignored}"
 
     venv = base / "venv"
+    shutil.rmtree(venv, ignore_errors=True)
     _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], env=env)
     _run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install",
           "--quiet", "--no-deps", "--no-index", str(wheel)], env=env)
@@ -108,8 +137,6 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     assert site_packages.is_relative_to(venv)
     deps = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
     (site_packages / "zz_queueadmin_test_deps.pth").write_text("\n".join(sorted(deps)) + "\n")
-
-    return Installed(venv, site_packages, env)
 
 
 def test_the_wheel_carries_what_the_product_needs(installed: Installed, tmp_path: Path) -> None:
@@ -123,6 +150,7 @@ def test_the_wheel_carries_what_the_product_needs(installed: Installed, tmp_path
     package = installed.site_packages
     for needed in ("queueadmin/templates/base.html", "queueadmin/templates/core/overview.html",
                    "queueadmin/static/core/console.css", "queueadmin/static/core/console.js",
+                   "queueadmin/static/core/favicon.ico",
                    "core/queue/lua/dequeue.lua", "core/queue/lua/_base.lua",
                    "core/queue/schedule/lua/claim.lua", "core/pipeline/log4j2.properties",
                    "core/pipeline/spark_functions.txt",
@@ -134,11 +162,13 @@ def test_the_wheel_carries_what_the_product_needs(installed: Installed, tmp_path
     for command in ("runstack", "runworker", "datajob", "submit", "migrate", "sampledata"):
         assert re.search(rf"^\s+{command}$", listing, re.M), listing
     assert "queueadmin help <subcommand>" in listing
-    assert (tmp_path / "var" / "secret_key").is_file()  # the current directory's var/
-    # Run from inside site-packages, the default var/ would be there: refused, nothing written.
+    assert not (tmp_path / "var").exists()  # nothing signed, nothing kept: no var/ made
+    # Run from inside site-packages, the default var/ would be there: refused in one line,
+    # nothing written.
     refused = subprocess.run([installed.bin("queueadmin"), "check"], cwd=package,
                              env=installed.env, capture_output=True, text=True, timeout=60)
-    assert refused.returncode != 0 and "set QA_VAR_DIR" in refused.stderr, refused.stderr
+    assert refused.returncode == 2 and "set QA_VAR_DIR" in refused.stderr, refused.stderr
+    assert len(refused.stderr.splitlines()) == 1, refused.stderr
     assert not (package / "var").exists()
 
 
@@ -184,6 +214,11 @@ def test_runstack_from_the_wheel_serves_the_console_with_its_assets(
         done = _run([installed.bin("queueadmin"), "submit", "{}", "--handler", "noop",
                      "--any-handler", "--wait", "--timeout", "30"], cwd=home, env=env)
         assert "done" in done.stdout + done.stderr
+
+        # Served from the wheel's assets, before any login.
+        with urllib.request.urlopen(stack.url("/favicon.ico"), timeout=10) as response:
+            assert response.headers["Content-Type"] == "image/x-icon"
+            assert response.read(4) == b"\x00\x00\x01\x00"
 
         _check_in_browser(stack)
 

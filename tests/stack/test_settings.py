@@ -24,7 +24,8 @@ from django.conf import settings
 db = settings.DATABASES["default"]
 print(json.dumps({
     "redis_url": settings.REDIS_URL, "embedded": settings.EMBEDDED_REDIS,
-    "prefix": settings.QUEUE_PREFIX, "secret_key": settings.SECRET_KEY, "debug": settings.DEBUG,
+    "prefix": settings.QUEUE_PREFIX, "secret_key": str(settings.SECRET_KEY),
+    "debug": settings.DEBUG,
     "hosts": settings.ALLOWED_HOSTS, "engine": db["ENGINE"], "name": str(db["NAME"]),
     "db_host": db.get("HOST"), "db_port": db.get("PORT"), "db_user": db.get("USER"),
     "static_root": str(settings.STATIC_ROOT), "web": [settings.WEB_HOST, settings.WEB_PORT],
@@ -50,7 +51,7 @@ def test_defaults_are_the_embedded_single_machine_stack(tmp_path: Path) -> None:
     assert s["prefix"] == "qa"
     assert s["debug"] is False
     assert s["hosts"] == ["localhost", "127.0.0.1"]
-    assert s["engine"] == "django.db.backends.sqlite3"
+    assert s["engine"] == "queueadmin.sqlite"  # Django's, making QA_VAR_DIR when first opened
     assert s["name"] == str(tmp_path / "var" / "db.sqlite3")
     assert s["static_root"] == str(tmp_path / "var" / "static")
     assert s["web"] == ["127.0.0.1", 8000]

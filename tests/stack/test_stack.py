@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from core.queue import Queue, introspect
-from core.stack.redis_server import RedisServer, free_port, pid_alive, start_redis
+from core.procs import free_port, pid_alive
+from core.queue import Queue, read
+from core.stack.redis_server import RedisServer, start_redis
 from tests.stack_support import Running, StartStack, until
 
 # A stack takes 2-3 s to start and stop; tests that take over ~5 s are marked slow.
@@ -126,6 +127,7 @@ def test_a_child_that_dies_stops_the_rest_and_fails(start_stack: StartStack) -> 
     stack.wait_for_line(r"gunicorn \(pid \d+\) exited with code -9")
 
 
+@pytest.mark.slow
 def test_a_worker_that_exits_is_started_again_and_its_tasks_run_again_at_once(
     start_stack: StartStack,
 ) -> None:
@@ -140,7 +142,7 @@ def test_a_worker_that_exits_is_started_again_and_its_tasks_run_again_at_once(
     stack.wait_for_line(r"worker started .*handlers=.*sleep")
     queue = Queue.from_url(f"redis://127.0.0.1:{redis_port}/0", "default", prefix="st")
     sub = queue.submit([{"seconds": 30}], handler="sleep", max_attempts=3)
-    until(lambda: introspect.stats(queue).leased == 1)
+    until(lambda: read.stats(queue).leased == 1)
 
     killed = time.monotonic()
     os.kill(first, signal.SIGKILL)
@@ -149,9 +151,9 @@ def test_a_worker_that_exits_is_started_again_and_its_tasks_run_again_at_once(
                         r"in 1 s \(1 of its tasks back to waiting now\)")
     second = int(stack.wait_for_line(rf"worker-1 \(pid (?!{first}\b)(\d+)\) started").group(1))
     assert pid_alive(second) and stack.process.poll() is None
-    until(lambda: introspect.stats(queue).leased == 1)  # the restarted worker runs it
+    until(lambda: read.stats(queue).leased == 1)  # the restarted worker runs it
     assert time.monotonic() - killed < 8  # --dead-after is 10 s
-    [entry] = [e for e in introspect.pending(queue, sub.request_id)
+    [entry] = [e for e in read.pending(queue, sub.request_id)
                if not e.consumer.startswith("~")]
     assert entry.deliveries == 2 and entry.consumer.endswith("worker-1.2")
     queue.cancel(sub.request_id)
@@ -214,7 +216,7 @@ def test_sigint_to_make_run_stops_the_whole_stack(start_stack: StartStack) -> No
     ]
     stack = start_stack(argv=argv, QA_REDIS_PORT=str(free_port()))
     stack.wait_for_line(r"queueadmin is up")
-    pids = [stack.pid_of(name) for name in ("redis-server", "gunicorn", "worker-1", "worker-2")]
+    pids = [stack.pid_of(name) for name in ("redis-server", "gunicorn", "worker-1")]
     supervisor = _children_of(stack.process.pid)
     assert len(supervisor) == 1  # make runs the recipe itself, no shell between them
 
@@ -237,25 +239,27 @@ def test_sigint_to_the_supervisor_releases_running_tasks_before_redis_stops(
     url = f"redis://127.0.0.1:{redis_port}/0"
     queue = Queue.from_url(url, "default", prefix="st")
     sub = queue.submit([{"seconds": 60}], handler="sleep", max_attempts=1)
-    until(lambda: introspect.stats(queue).leased == 1)
+    until(lambda: read.stats(queue).leased == 1)
     # Running in a slot, not only leased: a task handed to the idle worker is leased before a
     # slot takes it, and a stop then gives it back as not taken (no "released" line).
-    until(lambda: any(w.info.get("running") == 1 for w in introspect.workers(queue).items))
+    until(lambda: any(w.info.get("running") == 1 for w in read.workers(queue).items))
     queue.redis.close()
 
     stack.process.send_signal(signal.SIGINT)
 
-    # The worker's grace (7 s) runs out, it releases the task; Redis stops after that.
+    # The worker's grace (7 s) runs out, its handler stops at its next check and the task
+    # is given back (issue 33: only once the handler has returned); Redis stops after that.
     assert stack.process.wait(30) == 0
     assert all(_gone(pid, timeout=1) for pid in pids)
     output = "".join(stack.lines)
-    assert "released 1 tasks" in output and "stopped on SIGINT" in output, output[-4000:]
+    assert "task given back: worker stopping" in output and "stopped on SIGINT" in output, (
+        output[-4000:])
     assert "Redis unavailable" not in output
     # What Redis wrote to its append-only file: the task waits again, attempt not spent.
     server = start_redis(stack.var_dir / "redis", appendonly=True)
     try:
         queue = Queue.from_url(server.url, "default", prefix="st")
-        after = introspect.stats(queue)
+        after = read.stats(queue)
         assert (after.leased, after.waiting, after.dead) == (0, 1, 0)
         assert queue.state(sub.request_id) == "active"
         queue.redis.close()

@@ -8,11 +8,14 @@ from __future__ import annotations
 import signal
 import time
 
-from core.queue import Queue, introspect
-from core.stack.redis_server import free_port, pid_alive
+import pytest
+
+from core.procs import free_port, pid_alive
+from core.queue import Queue, read
 from tests.stack_support import StartStack, until
 
 
+@pytest.mark.slow  # 9 s alone: a stack, its worker stopped, then the restart delay waited out
 def test_a_worker_stopped_by_an_operator_is_not_started_again(
     start_stack: StartStack,
 ) -> None:
@@ -22,8 +25,8 @@ def test_a_worker_stopped_by_an_operator_is_not_started_again(
     pid = stack.pid_of("worker-1")
     stack.wait_for_line(r"worker started ")
     queue = Queue.from_url(f"redis://127.0.0.1:{redis_port}/0", "default", prefix="st")
-    until(lambda: introspect.workers(queue).items)
-    [worker] = introspect.workers(queue).items
+    until(lambda: read.workers(queue).items)
+    [worker] = read.workers(queue).items
     assert worker.name.endswith("worker-1.1")
 
     assert queue.control_worker(worker.name, "stop", by="test") == (True, "stop")
@@ -34,7 +37,7 @@ def test_a_worker_stopped_by_an_operator_is_not_started_again(
     time.sleep(2.5)  # past the restart delay (1 s) of a worker that merely exited
     assert "".join(stack.lines).count("worker-1 (pid") == 2  # started, and stopped: no other
     assert stack.process.poll() is None  # the rest of the stack runs on
-    assert introspect.workers(queue).items == []
+    assert read.workers(queue).items == []
     queue.redis.close()
     stack.process.send_signal(signal.SIGTERM)
     assert stack.process.wait(30) == 0

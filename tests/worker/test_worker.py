@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import redis
 
-from core.queue import Queue, introspect
+from core.queue import Queue, read
 from core.stack.redis_server import start_redis
 from core.worker import (
     Cancelled,
@@ -86,7 +86,7 @@ def test_burst_runs_everything_then_exits(live_queue: Queue, start: Any) -> None
     assert sorted(ran) == list(range(50))
     assert live_queue.wait("r", timeout=0) == "done"
     assert w.worker.processed == 50 and w.worker.failed == 0
-    assert introspect.workers(live_queue).items == []  # unregistered on the way out
+    assert read.workers(live_queue).items == []  # unregistered on the way out
 
 
 def test_burst_waits_for_a_dead_consumers_leases_and_recovers_them(
@@ -136,28 +136,49 @@ def test_cancel_reaches_a_running_task_which_is_released_not_failed(
     assert (result.dropped, result.running) == (2, 1)
     assert live_queue.wait("r", timeout=5) == "cancelled"
     assert stopped_after and stopped_after[0] - cancelled_at < 1.0  # a beat, not the 10 s
-    info = introspect.request(live_queue, "r")
+    info = read.request(live_queue, "r")
     assert info is not None and (info.cancelled, info.dead, info.done) == (3, 0, 0)
-    assert introspect.dead_letters(live_queue) == []
+    assert read.dead_letters(live_queue) == []
     assert len(calls) == 1  # released as cancelled, not run again
     assert w.worker.failed == 0
     w.worker.stop()
     assert w.join(5) and w.exit_code == 0
 
 
-def test_an_unknown_handler_dead_letters_the_task_naming_it(
+def test_a_task_whose_handler_the_worker_lacks_is_never_leased_to_it_and_waits(
     live_queue: Queue, start: Any
 ) -> None:
+    """Issue 33: it used to be leased and dead-lettered at once ("no handler named ...")."""
     registry = Registry()
     registry.register("known", lambda payload, ctx: None)
     live_queue.submit([1], request_id="r", handler="nosuch", max_attempts=5)
+    live_queue.submit([1], request_id="k", handler="known")
     w = start(live_queue, registry, name="w", burst=True)
-    assert w.join(10)
-    assert live_queue.wait("r", timeout=0) == "failed"
-    (dead,) = introspect.dead_letters(live_queue)
-    assert "'nosuch'" in dead.error and "known" in dead.error
-    assert dead.attempts == 1  # no retry: another attempt cannot find the handler either
-    assert dead.worker == "w"
+    assert w.join(10)  # drained of what it runs
+    assert live_queue.wait("k", timeout=0) == "done"
+    assert read.dead_letters(live_queue) == []
+    info = read.request(live_queue, "r")
+    assert info is not None and (info.waiting, info.leased, info.dead) == (1, 0, 0)
+    assert read.stats(live_queue).unrunnable == {"nosuch": 1}
+
+
+def test_a_task_handed_to_a_worker_without_its_handler_goes_back_unspent(
+    live_queue: Queue, start: Any
+) -> None:
+    """An operator's claim gives a task to a named consumer; one that does not run its
+    handler gives it back, no attempt spent (a worker that announced its handlers is refused
+    such a claim in the first place: test_engine_handlers)."""
+    registry = Registry()
+    registry.register("known", lambda payload, ctx: None)
+    live_queue.submit([1], request_id="r", handler="nosuch", max_attempts=1)
+    (lease,) = live_queue.dequeue("holder", 1)
+    live_queue.claim("r", lease.task_id, "w")
+    live_queue.release([lease])  # the holder's run stopped: the task is w's (its handoff)
+    w = start(live_queue, registry, name="w", burst=True)
+    assert w.join(15)
+    assert read.dead_letters(live_queue) == []
+    info = read.request(live_queue, "r")
+    assert info is not None and (info.waiting, info.leased, info.dead) == (1, 0, 0)
 
 
 def test_a_failing_handler_is_retried_with_backoff_then_dead_lettered_with_its_traceback(
@@ -180,7 +201,7 @@ def test_a_failing_handler_is_retried_with_backoff_then_dead_lettered_with_its_t
     gaps = [b - a for (_, a), (_, b) in itertools.pairwise(calls)]
     assert gaps[0] >= 0.095 and gaps[1] >= 0.195, gaps
     assert live_queue.wait("r", timeout=0) == "failed"
-    (dead,) = introspect.dead_letters(live_queue)
+    (dead,) = read.dead_letters(live_queue)
     assert dead.error == "ValueError: cannot parse 'x7'"
     assert dead.attempts == 3
     assert "in explode" in dead.traceback and "raise ValueError" in dead.traceback
@@ -209,10 +230,10 @@ def test_a_permanent_failure_is_dead_lettered_at_once_with_attempts_left(
     assert w.join(10)
     assert calls == [1, 1]
     assert live_queue.wait("r", timeout=0) == "failed"
-    errors = sorted(d.error for d in introspect.dead_letters(live_queue))
+    errors = sorted(d.error for d in read.dead_letters(live_queue))
     assert errors == ["BadInput: no such column",
                       "Permanent: this input can never be processed"]
-    assert all(d.attempts == 1 for d in introspect.dead_letters(live_queue))
+    assert all(d.attempts == 1 for d in read.dead_letters(live_queue))
 
 
 def test_max_tasks_stops_the_worker_after_that_many(live_queue: Queue, start: Any) -> None:
@@ -224,7 +245,7 @@ def test_max_tasks_stops_the_worker_after_that_many(live_queue: Queue, start: An
     assert w.join(10), "the worker should stop by itself after 3 tasks"
     assert w.exit_code == 0
     assert ran == [0, 1, 2]
-    info = introspect.request(live_queue, "r")
+    info = read.request(live_queue, "r")
     # Nothing is left leased (hoarded) by the stopped worker.
     assert info is not None and (info.done, info.leased, info.waiting) == (3, 0, 7)
 
@@ -344,7 +365,7 @@ def test_max_tasks_holds_across_slots_when_redis_is_slow_to_answer(
     assert w.join(10)
     probe.close()
     assert len(ran) == 1, f"--max-tasks 1 ran {len(ran)} tasks"
-    info = introspect.request(live_queue, "r")
+    info = read.request(live_queue, "r")
     assert info is not None and (info.done, info.leased) == (1, 0)
 
 
@@ -362,12 +383,12 @@ def test_a_worker_takes_no_task_before_its_handlers_are_ready(
     caplog.set_level(logging.INFO, logger="queueadmin.worker")
     start(live_queue, registry, name="waiter")
     deadline = time.monotonic() + 5
-    while not introspect.workers(live_queue).items and time.monotonic() < deadline:
+    while not read.workers(live_queue).items and time.monotonic() < deadline:
         time.sleep(0.05)
     time.sleep(0.5)
     assert ran == []
-    assert introspect.request(live_queue, "r").leased == 0  # nothing held while it waits
-    [info] = introspect.workers(live_queue).items
+    assert read.request(live_queue, "r").leased == 0  # nothing held while it waits
+    [info] = read.workers(live_queue).items
     assert info.info.get("waiting") == "the test's server is down"
     ready.set()
     assert live_queue.wait("r", timeout=10) == "done" and ran == ["a"]
@@ -440,7 +461,7 @@ def test_a_handler_that_finds_its_server_down_gives_the_task_back_without_an_att
     while not calls and time.monotonic() < deadline:
         time.sleep(0.02)
     time.sleep(0.5)
-    info = introspect.request(live_queue, "r")
+    info = read.request(live_queue, "r")
     assert calls == [1] and info.waiting == 1 and info.dead == 0  # given back, not failed
     up.set()
     assert live_queue.wait("r", timeout=10) == "done"

@@ -18,7 +18,8 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from core.models import AuditEntry
-from core.queue import InvalidInput, Queue, UnknownWorker, introspect, registry
+from core.queue import InvalidInput, Queue, UnknownWorker, read, registry
+from core.queue.consume import STOPPED_KEPT_MS
 from core.worker.stats import Usage, rss_bytes
 
 
@@ -27,7 +28,7 @@ def task_log(queue: Queue, k: str) -> list[str]:
 
 
 def info_of(queue: Queue, name: str) -> dict[str, Any]:
-    found = introspect.worker(queue, name)
+    found = read.worker(queue, name)
     return found.info if found else {}
 
 
@@ -35,7 +36,7 @@ def running(q: Queue, k: str, name: str, wait_until: Any) -> None:
     """Wait until the worker runs its first task and is in the registry (where an operator
     sees it): its heartbeat process registers it as it starts, maybe after the first lease."""
     wait_until(lambda: task_log(q, k), 15, "the first task to start")
-    wait_until(lambda: introspect.worker(q, name), 5, f"{name} to register")
+    wait_until(lambda: read.worker(q, name), 5, f"{name} to register")
 
 
 def worker_cmd(*args: str) -> str:
@@ -56,7 +57,7 @@ def test_control_is_kept_on_the_registry_entry_and_a_stop_is_final(queue: Queue)
     assert queue.control_worker("w1", "quiet") == (False, "quiet")
     queue.heartbeat("w1", {"queues": ["q"]})  # a beat rewrites its info, not the control
     assert queue.worker_control("w1") == "quiet"
-    assert introspect.workers(queue).items[0].control == "quiet"
+    assert read.workers(queue).items[0].control == "quiet"
     assert queue.control_worker("w1", "resume") == (True, "")
     assert queue.control_worker("w1", "resume") == (False, "")
     assert queue.control_worker("w1", "stop") == (True, "stop")
@@ -69,15 +70,19 @@ def test_control_is_kept_on_the_registry_entry_and_a_stop_is_final(queue: Queue)
 def test_a_worker_that_exits_on_a_stop_leaves_the_registry_but_stays_marked_stopped(
     queue: Queue,
 ) -> None:
-    queue.heartbeat("w1", {})
+    queue.heartbeat("w1", {"host": "h1"})
     queue.heartbeat("w2", {})
-    queue.control_worker("w1", "stop")
+    queue.control_worker("w1", "stop", by="ada")
     queue.unregister("w1", stopped=True)
     queue.unregister("w2")
-    assert introspect.workers(queue).items == []
+    assert read.workers(queue).items == []
     assert queue.worker_control("w1") == "stop"  # what its supervisor asks
-    assert 0 < queue.redis.pttl(queue.keys.worker("w1")) <= 3_600_000
+    assert 0 < queue.redis.pttl(queue.keys.worker("w1")) <= STOPPED_KEPT_MS
     assert queue.worker_control("w2") == ""
+    # Listed as stopped, by whom and when (the console's workers page).
+    [stopped] = read.stopped_workers(queue)
+    assert (stopped.name, stopped.by, stopped.info) == ("w1", "ada", {"host": "h1"})
+    assert stopped.stopped_ms == queue.now_ms()
     with pytest.raises(UnknownWorker):  # not a worker any more: nothing to control
         queue.control_worker("w1", "resume")
 
@@ -127,7 +132,7 @@ def test_quiet_stops_new_leases_while_the_running_task_finishes_and_resume_takes
     assert q.wait("first", timeout=10) == "done"  # the running task finished
     time.sleep(1.5)  # seven beats: a worker that still took work would have taken it
     assert [line.split()[0] for line in task_log(q, k)] == ["start", "end"]
-    second = introspect.request(q, "second")
+    second = read.request(q, "second")
     assert second is not None and (second.waiting, second.leased) == (1, 0)
     assert info_of(q, "w1")["quiet"] is True and info_of(q, "w1")["running"] == 0
     worker_cmd("resume", "w1", "--wait", "5")
@@ -151,10 +156,10 @@ def test_stop_lets_the_running_task_finish_within_grace_and_exits_0(
     worker_cmd("stop", "w1")
     assert proc.wait(10) == 0
     assert time.monotonic() - asked < 0.2 + 1.5 + 2  # a beat, the task's rest, the exit
-    info = introspect.request(q, "r")
+    info = read.request(q, "r")
     assert info is not None and (info.done, info.waiting, info.leased) == (1, 1, 0)
     assert len(task_log(q, k)) == 2  # the second task was never started
-    assert introspect.worker(q, "w1") is None
+    assert read.worker(q, "w1") is None
     assert q.worker_control("w1") == "stop"  # for its supervisor: not started again
     spawn_worker("w1", "--dead-after", "1")  # started again by hand, same name: a new life
     assert q.wait("r", timeout=15) == "done"
@@ -173,7 +178,7 @@ def test_stop_gives_back_a_task_still_running_after_the_grace_time(
     worker_cmd("stop", "w1", "--wait", "10")  # waits until it has left the registry
     assert proc.wait(5) == 0
     assert time.monotonic() - asked < 0.2 + 1 + 2.5
-    info = introspect.request(q, "r")
+    info = read.request(q, "r")
     assert info is not None and (info.waiting, info.leased) == (1, 0)
     (lease,) = q.dequeue("probe", 1)
     assert lease.attempt == 1  # released, not counted as an attempt

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from core.queue import Queue, introspect
+from core.queue import Queue, read
 from core.queue.metrics import TALLY_FLUSH_S, HandlerCounts, minute_of
 
 pytestmark = pytest.mark.filterwarnings("ignore::core.queue.errors.UnknownHandlerWarning")
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::core.queue.errors.UnknownHandle
 def done(queue: Queue, handler: str) -> HandlerCounts:
     now = minute_of(queue.now_ms())
     total = HandlerCounts()
-    for counts in introspect.handler_metrics(queue, now - 2, now).values():
+    for counts in read.handler_metrics(queue, now - 2, now).values():
         if handler in counts:
             total.add(counts[handler])
     return total

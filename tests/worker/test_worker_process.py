@@ -11,7 +11,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from core.queue import Queue, introspect
+import pytest
+
+from core.queue import Queue, read
 
 
 def task_log(queue: Queue, k: str) -> list[str]:
@@ -23,7 +25,7 @@ def events(queue: Queue, kind: str) -> list[dict[str, str]]:
 
 
 def counters(queue: Queue, rid: str) -> tuple[int, int, int, int]:
-    info = introspect.request(queue, rid)
+    info = read.request(queue, rid)
     assert info is not None
     return info.done, info.waiting, info.leased, info.dead
 
@@ -41,9 +43,9 @@ def test_sigterm_lets_the_running_task_finish_takes_no_more_and_exits_0(
     (tid,) = {line.split()[1] for line in task_log(live_queue, k)}
     assert task_log(live_queue, k) == [f"start {tid} 1 w1", f"end {tid} 1 w1"]
     assert counters(live_queue, "r") == (1, 1, 0, 0)  # finished, acked; the other not taken
-    assert introspect.dead_letters(live_queue) == []
+    assert read.dead_letters(live_queue) == []
     assert "processed=1 failed=0" in (tmp_path / "w1.log").read_text()
-    assert introspect.workers(live_queue).items == []
+    assert read.workers(live_queue).items == []
 
 
 def test_a_task_longer_than_the_grace_period_is_released_without_spending_an_attempt(
@@ -82,6 +84,7 @@ def test_a_second_sigterm_releases_the_running_task_at_once(
     assert lease.attempt == 1
 
 
+@pytest.mark.slow  # a 5 s task: ten times the shortest --dead-after
 def test_a_task_ten_times_longer_than_dead_after_keeps_its_lease_and_runs_once(
     live_queue: Queue, spawn_worker: Any, prefix: str, tmp_path: Path
 ) -> None:
@@ -108,7 +111,7 @@ def test_a_killed_workers_tasks_are_reaped_and_run_by_a_live_worker(
     doomed = spawn_worker("doomed", "--slots", "3")  # --dead-after 2
     wait_until(lambda: len(task_log(live_queue, k)) == 3, 15, "doomed to start all 3 tasks")
     spawn_worker("heir")
-    wait_until(lambda: "heir" in {w.name for w in introspect.workers(live_queue).items}, 15,
+    wait_until(lambda: "heir" in {w.name for w in read.workers(live_queue).items}, 15,
                "the second worker to register")
     doomed.kill()
     doomed.wait(5)
@@ -124,4 +127,4 @@ def test_a_killed_workers_tasks_are_reaped_and_run_by_a_live_worker(
     assert sorted((e["task"], e["worker"], e["outcome"]) for e in reaped) == [
         (tid, "doomed", "waiting") for tid in tids
     ]
-    assert introspect.dead_letters(live_queue) == []
+    assert read.dead_letters(live_queue) == []

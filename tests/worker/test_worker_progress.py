@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from core.queue import Queue, introspect
+from core.queue import Queue, read
 from core.queue.models import TaskProgress
 from core.worker import Registry, TaskContext, Worker, WorkerConfig
 
@@ -18,7 +18,7 @@ def task_log(queue: Queue, k: str) -> list[str]:
 
 
 def shown(queue: Queue, rid: str) -> TaskProgress | None:
-    got = introspect.progress(queue, rid)
+    got = read.progress(queue, rid)
     return got[0] if got else None
 
 
@@ -57,7 +57,7 @@ def test_a_run_whose_task_an_operator_released_reports_nothing_more(
     spawn_worker("w1")
     wait_until(lambda: "reported 0 1" in task_log(live_queue, k), 15, "the first step")
     wait_until(lambda: shown(live_queue, "r").log, 3, "the first log line")
-    (entry,) = introspect.pending(live_queue, "r")
+    (entry,) = read.pending(live_queue, "r")
     live_queue.release_task("r", entry.task_id)  # the old run may go on; it no longer holds
     wait_until(lambda: "lease lost" in (tmp_path / "w1.log").read_text(), 5,
                "the worker to learn its lease is gone")

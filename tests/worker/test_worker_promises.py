@@ -16,7 +16,7 @@ import redis
 
 import core.worker.builtins  # noqa: F401  (registers noop)
 import tests.handlers  # noqa: F401  (registers tracked, gil_sleep)
-from core.queue import Queue, introspect
+from core.queue import Queue, read
 from core.stack.redis_server import start_redis
 from core.worker import Worker, WorkerConfig, runtime
 from core.worker.beat import ProcessBeater, ThreadBeater
@@ -39,6 +39,7 @@ def overlaps(log: list[str]) -> int:
     return top
 
 
+@pytest.mark.slow  # 8 s alone: four tasks of 3 s, two at a time
 def test_idle_workers_run_each_task_of_a_limited_request_once(
     live_queue: Queue, spawn_worker: Any, wait_until: Any, prefix: str
 ) -> None:
@@ -47,7 +48,7 @@ def test_idle_workers_run_each_task_of_a_limited_request_once(
     k = f"{prefix}:t"
     spawn_worker("w1")
     spawn_worker("w2")
-    wait_until(lambda: len(introspect.workers(live_queue).items) == 2, 20, "both workers")
+    wait_until(lambda: len(read.workers(live_queue).items) == 2, 20, "both workers")
     time.sleep(1.2)  # both blocked idle, registered for handoff
     live_queue.submit([{"k": k, "seconds": 3}] * 4, request_id="r", handler="tracked",
                       concurrency=2)
@@ -69,7 +70,7 @@ def test_a_run_whose_lease_was_released_by_an_operator_stops(
     live_queue.submit([{"k": k, "seconds": 30}], request_id="r", handler="tracked")
     spawn_worker("w1")
     wait_until(lambda: task_log(live_queue, k), 20, "the task to start")
-    [entry] = introspect.pending(live_queue, "r")
+    [entry] = read.pending(live_queue, "r")
     released = time.monotonic()
     assert live_queue.release_task("r", entry.task_id) == "w1"
     log = tmp_path / "w1.log"
@@ -97,9 +98,9 @@ def test_a_task_taken_from_a_running_worker_never_runs_beside_its_old_run(
     wait_until(lambda: task_log(live_queue, k), 30, "A to start a task")
     spawn_worker("B", "--dead-after", "10")
     spawn_worker("C", "--dead-after", "10")
-    wait_until(lambda: len(introspect.workers(live_queue).items) == 3, 30, "B and C to start")
+    wait_until(lambda: len(read.workers(live_queue).items) == 3, 30, "B and C to start")
     wait_until(lambda: live_queue.redis.zcard(live_queue.keys.idle) >= 2, 10, "B and C idle")
-    [entry] = [p for p in introspect.pending(live_queue, "r") if p.consumer == "A"]
+    [entry] = [p for p in read.pending(live_queue, "r") if p.consumer == "A"]
     tid = entry.task_id
     if claim:
         assert live_queue.claim("r", tid, "C", expect_consumer="A") == "A"
@@ -126,6 +127,7 @@ def _children(pid: int) -> list[int]:
     return [int(x) for x in out.split()]
 
 
+@pytest.mark.slow  # 10 s alone: a 6 s task, paused past --dead-after, then run again in full
 def test_a_worker_paused_past_its_lease_does_not_go_on_beside_the_new_run(
     live_queue: Queue, spawn_worker: Any, wait_until: Any, prefix: str
 ) -> None:
@@ -179,7 +181,7 @@ def test_a_task_past_its_hard_time_limit_is_failed_even_while_the_worker_is_stuc
     started = time.monotonic()
     assert live_queue.wait("r", timeout=40) == "failed"
     assert time.monotonic() - started < 20  # the handler alone would run 60 s
-    [letter] = introspect.dead_letters(live_queue)
+    [letter] = read.dead_letters(live_queue)
     assert letter.error.startswith("TimeLimitExceeded") and "2s" in letter.error
 
 
@@ -316,7 +318,7 @@ def test_a_task_started_while_a_beat_is_under_way_keeps_its_time_limit(
         live_queue.submit([{"ms": 8000}], request_id="r", handler="pause", max_attempts=1)
         assert started.wait(10)
         assert live_queue.wait("r", timeout=6) == "failed"
-        [letter] = introspect.dead_letters(live_queue)
+        [letter] = read.dead_letters(live_queue)
         assert letter.error.startswith("TimeLimitExceeded") and "1s" in letter.error
     finally:
         worker.stop(hard=True)

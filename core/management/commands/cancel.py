@@ -5,14 +5,12 @@ from __future__ import annotations
 from argparse import ArgumentParser
 from typing import Any
 
-from django.core.management.base import BaseCommand
-
 from core.cli import actor_option, add_actor_option, raw_stream
-from core.cli.ops import cancel
 from core.conf import DEFAULT_QUEUE
+from core.management.base import QueueadminCommand
 
 
-class Command(BaseCommand):
+class Command(QueueadminCommand):
     help = ("Cancel requests: waiting tasks are dropped, running ones told to stop. Audited "
             "with the OS user (or --as) as the actor.")
 
@@ -24,5 +22,7 @@ class Command(BaseCommand):
         add_actor_option(parser)
 
     def handle(self, *args: Any, **o: Any) -> None:
+        from core.cli.ops import cancel
+
         cancel(queue=o["queue"], ids=o["ids"], dry_run=o["dry_run"],
                out=raw_stream(self.stdout), actor=actor_option(o["as_user"]))

@@ -6,11 +6,9 @@ from __future__ import annotations
 from argparse import ArgumentParser
 from typing import Any
 
-from django.core.management.base import BaseCommand
-
 from core.cli import actor_option, add_actor_option, raw_stream
-from core.cli.ops import move
 from core.conf import DEFAULT_QUEUE
+from core.management.base import QueueadminCommand
 
 ACTION = "claim"
 
@@ -30,7 +28,7 @@ def add_entry_options(parser: ArgumentParser) -> None:
     add_actor_option(parser)
 
 
-class Command(BaseCommand):
+class Command(QueueadminCommand):
     help = ("Claim pending entries: leased tasks move to another live worker (no attempt "
             "spent). Audited with the OS user (or --as) as the actor.")
 
@@ -40,6 +38,8 @@ class Command(BaseCommand):
                             help="the live worker that takes them")
 
     def handle(self, *args: Any, **o: Any) -> None:
+        from core.cli.ops import move
+
         move(action=ACTION, queue=o["queue"], request=o["request"], tasks=o["tasks"],
              holder=o["holder"], to=o["to"], min_idle_ms=o["min_idle"], dry_run=o["dry_run"],
              out=raw_stream(self.stdout), actor=actor_option(o["as_user"]))

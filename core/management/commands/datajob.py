@@ -6,18 +6,16 @@ from __future__ import annotations
 from argparse import ArgumentParser
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
-from core.cli import actor_option, add_actor_option, raw_stream
+from core.cli import actor_option, add_actor_option, bad_input, raw_stream
 from core.cli.datajob import build_spec, cancel, clean, queue_options, show, submit
 from core.cli.due import add_due_options, due_from
+from core.management.base import QueueadminCommand
 from core.pipeline.jobs import CANCEL_WAIT_S
 
 
-class Command(BaseCommand):
-    # The system checks import every view of the console (half a second); a submit checks
-    # what it needs itself, and should answer in well under a second and a half.
-    requires_system_checks: list[str] = []
+class Command(QueueadminCommand):
     help = (
         "Data jobs: `submit` checks a job (input and output under the data roots, the SQL "
         "against the input's columns, transform, output) and queues it: split into chunks "
@@ -65,26 +63,10 @@ class Command(BaseCommand):
         s.add_argument("--timeout", type=float, metavar="S", help="give up waiting after S s")
         s.add_argument("--overwrite", action="store_true",
                        help="replace an output that is complete already")
+        _add_layout_options(s)
         add_due_options(s)
         add_actor_option(s)
-        sh = sub.add_parser("show", help="print a job's manifest (by id, or an output dir)")
-        sh.add_argument("job", metavar="ID|OUTPUT_DIR")
-        sh.add_argument("--queue", "-q", help="queue name (default: default)")
-        c = sub.add_parser("cancel", help="cancel a job (both its requests), wait for its "
-                                          "running tasks to stop, remove its staging data")
-        c.add_argument("job", metavar="ID")
-        c.add_argument("--queue", "-q", help="queue name (default: default)")
-        c.add_argument("--wait", type=float, default=CANCEL_WAIT_S, metavar="S",
-                       help=f"wait at most S s for running tasks to stop (default "
-                            f"{CANCEL_WAIT_S:g}); a job still running keeps its staging until "
-                            "`datajob clean`")
-        add_actor_option(c)
-        cl = sub.add_parser("clean", help="remove the staging data of cancelled or expired "
-                                          "jobs with no task running")
-        cl.add_argument("--queue", "-q", help="queue name (default: default)")
-        cl.add_argument("--dry-run", action="store_true",
-                        help="print what it would remove; remove nothing")
-        add_actor_option(cl)
+        _add_other_actions(sub)
 
     def handle(self, *args: Any, **o: Any) -> None:
         out, err = raw_stream(self.stdout), raw_stream(self.stderr)
@@ -93,7 +75,7 @@ class Command(BaseCommand):
             return
         if o["action"] == "cancel":
             if o["wait"] < 0:
-                raise CommandError("--wait: a number of seconds, 0 or more")
+                raise bad_input("--wait: a number of seconds, 0 or more")
             cancel(o["job"], queue=o["queue"], wait_s=o["wait"], stdout=out,
                    actor=actor_option(o["as_user"]))
             return
@@ -102,7 +84,7 @@ class Command(BaseCommand):
                   actor=actor_option(o["as_user"]))
             return
         if o["timeout"] is not None and not o["wait"]:
-            raise CommandError("--timeout applies only with --wait")
+            raise bad_input("--timeout applies only with --wait")
         due = due_from(o["due_in"], o["due_at"])
         options = queue_options(priority=o["priority"], concurrency=o["concurrency"],
                                 tenant=o["tenant"], max_attempts=o["max_attempts"])
@@ -113,9 +95,47 @@ class Command(BaseCommand):
                 output_format=o["output_format"], sql=o["sql"], transform=o["transform"],
                 combine_sql=o["combine_sql"], views=o["view"], chunks=o["chunks"],
                 rows_per_chunk=o["rows_per_chunk"], overwrite=o["overwrite"],
-                request_id=o["request_id"],
+                request_id=o["request_id"], partition_by=o["partition_by"], mode=o["mode"],
+                incremental=o["incremental"], content_hash=o["content_hash"],
             )
         except KeyboardInterrupt:
             raise CommandError("interrupted while checking the job: nothing was queued") from None
         submit(spec, queue=o["queue"], options=options, wait=o["wait"], timeout=o["timeout"],
                stdout=out, stderr=err, actor=actor_option(o["as_user"]), due=due)
+
+
+def _add_layout_options(s: ArgumentParser) -> None:
+    s.add_argument("--partition-by", action="append", default=[], metavar="COL",
+                   help="write the output in Hive-style folders COL=value/ (a column of the "
+                        "output); repeat for several, outermost first")
+    # Checked by core.pipeline.submission (not argparse's choices), as the console's.
+    s.add_argument("--mode", metavar="overwrite|append",
+                   help="overwrite (default): the output is this run's rows; append: they "
+                        "join the output's earlier runs' rows, a re-run of the same job id "
+                        "(a schedule's slot) replacing its own")
+    s.add_argument("--incremental", action="store_true",
+                   help="reuse the parts of the chunks of the output's last run whose files "
+                        "did not change (path, size, time, Parquet footer); compute the rest")
+    s.add_argument("--content-hash", action="store_true",
+                   help="with --incremental: tell files apart by a SHA-256 of their bytes")
+
+
+def _add_other_actions(sub: Any) -> None:
+    sh = sub.add_parser("show", help="print a job's manifest (by id, or an output dir)")
+    sh.add_argument("job", metavar="ID|OUTPUT_DIR")
+    sh.add_argument("--queue", "-q", help="queue name (default: default)")
+    c = sub.add_parser("cancel", help="cancel a job (both its requests), wait for its "
+                                      "running tasks to stop, remove its staging data")
+    c.add_argument("job", metavar="ID")
+    c.add_argument("--queue", "-q", help="queue name (default: default)")
+    c.add_argument("--wait", type=float, default=CANCEL_WAIT_S, metavar="S",
+                   help=f"wait at most S s for running tasks to stop (default "
+                        f"{CANCEL_WAIT_S:g}); a job still running keeps its staging until "
+                        "`datajob clean`")
+    add_actor_option(c)
+    cl = sub.add_parser("clean", help="remove the staging data of cancelled or expired "
+                                      "jobs with no task running")
+    cl.add_argument("--queue", "-q", help="queue name (default: default)")
+    cl.add_argument("--dry-run", action="store_true",
+                    help="print what it would remove; remove nothing")
+    add_actor_option(cl)

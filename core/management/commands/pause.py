@@ -6,13 +6,11 @@ from __future__ import annotations
 from argparse import ArgumentParser
 from typing import Any
 
-from django.core.management.base import BaseCommand
-
 from core.cli import actor_option, add_actor_option, raw_stream
-from core.cli.ops import switch
+from core.management.base import QueueadminCommand
 
 
-class Command(BaseCommand):
+class Command(QueueadminCommand):
     help = ("Pause a queue: workers lease nothing from it until it is resumed. Audited with "
             "the OS user (or --as) as the actor.")
 
@@ -23,5 +21,7 @@ class Command(BaseCommand):
         add_actor_option(parser)
 
     def handle(self, *args: Any, **o: Any) -> None:
+        from core.cli.ops import switch
+
         switch(action="pause", queue=o["queue"], dry_run=o["dry_run"],
                out=raw_stream(self.stdout), actor=actor_option(o["as_user"]))

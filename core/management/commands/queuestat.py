@@ -5,13 +5,12 @@ from __future__ import annotations
 from argparse import ArgumentParser
 from typing import Any
 
-from django.core.management.base import BaseCommand
-
 from core.cli import raw_stream
 from core.cli.queuestat import queuestat
+from core.management.base import QueueadminCommand
 
 
-class Command(BaseCommand):
+class Command(QueueadminCommand):
     help = (
         "Depths (waiting per priority, leased, delayed, dead), requests per state, live "
         "workers and totals of one or more queues."

@@ -6,14 +6,12 @@ from __future__ import annotations
 from argparse import ArgumentParser
 from typing import Any
 
-from django.core.management.base import BaseCommand
-
 from core.cli import actor_option, add_actor_option, raw_stream
-from core.cli.ops import requeue
 from core.conf import DEFAULT_QUEUE
+from core.management.base import QueueadminCommand
 
 
-class Command(BaseCommand):
+class Command(QueueadminCommand):
     help = (
         "Requeue dead letters (attempts reset; a failed request reopens): by id, all of one "
         "request, or every letter of a fingerprint group or handler the database's history "
@@ -34,6 +32,8 @@ class Command(BaseCommand):
         add_actor_option(parser)
 
     def handle(self, *args: Any, **o: Any) -> None:
+        from core.cli.ops import requeue
+
         requeue(queue=o["queue"], ids=o["ids"], request=o["request"],
                 fingerprint=o["fingerprint"], handler=o["handler"], since=o["since"],
                 dry_run=o["dry_run"], out=raw_stream(self.stdout), actor=actor_option(o["as_user"]))

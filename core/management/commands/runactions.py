@@ -8,13 +8,12 @@ import threading
 from argparse import ArgumentParser
 from typing import Any
 
-from django.core.management.base import BaseCommand
-
 from core.cli import command_errors
-from core.ops.runner import run_actions
+from core.management.base import QueueadminCommand
+from core.procs import set_from_signal
 
 
-class Command(BaseCommand):
+class Command(QueueadminCommand):
     help = ("Run the bulk actions operators confirmed (requeue, delete, cancel of a preview's "
             "snapshot), at most 1,000 targets per call into Redis, at their rate, until "
             "stopped. SIGTERM/SIGINT stop it between chunks. One per database.")
@@ -26,9 +25,11 @@ class Command(BaseCommand):
                             choices=["DEBUG", "INFO", "WARNING", "ERROR"])
 
     def handle(self, *args: Any, **options: Any) -> None:
+        from core.ops.runner import run_actions
+
         logging.getLogger("queueadmin").setLevel(options["log_level"])
         stop = threading.Event()
-        previous = {s: signal.signal(s, lambda *_: stop.set())
+        previous = {s: signal.signal(s, set_from_signal(stop))
                     for s in (signal.SIGTERM, signal.SIGINT)}
         try:
             with command_errors("runactions"):

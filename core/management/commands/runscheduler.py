@@ -9,15 +9,15 @@ from argparse import ArgumentParser
 from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand
 
 from core.cli import command_errors
 from core.conf import redis_client
+from core.management.base import QueueadminCommand
+from core.procs import set_from_signal
 from core.queue.keys import validate_id
-from core.queue.schedule.scheduler import Scheduler
 
 
-class Command(BaseCommand):
+class Command(QueueadminCommand):
     help = (
         "Fire the recurring schedules of every queue (or of --queue) each second. Any number "
         "may run at once: each slot fires exactly once. SIGTERM/SIGINT stop it."
@@ -33,12 +33,16 @@ class Command(BaseCommand):
                             choices=["DEBUG", "INFO", "WARNING", "ERROR"])
 
     def handle(self, *args: Any, **options: Any) -> None:
+        from core.ops.datajobs import submit_slot
+        from core.queue.schedule.scheduler import Scheduler
+
         logging.getLogger("queueadmin").setLevel(options["log_level"])
         with command_errors("runscheduler"):
             queues = tuple(dict.fromkeys(validate_id(q, "queue name") for q in options["queue"]))
-            scheduler = Scheduler(redis_client(), prefix=settings.QUEUE_PREFIX, queues=queues)
+            scheduler = Scheduler(redis_client(), prefix=settings.QUEUE_PREFIX, queues=queues,
+                                  submit_job=submit_slot)
             stop = threading.Event()
-            previous = {s: signal.signal(s, lambda *_: stop.set())
+            previous = {s: signal.signal(s, set_from_signal(stop))
                         for s in (signal.SIGTERM, signal.SIGINT)}
             try:
                 totals = scheduler.run(stop, max_ticks=1 if options["burst"] else None)

@@ -5,33 +5,31 @@ from __future__ import annotations
 from argparse import ArgumentParser
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from core.cli import bad_input, raw_stream
+from core.management.base import QueueadminCommand
+from core.stack.supervisor import WORKER_SLOTS, WORKERS, run_stack
 
-from core.cli import raw_stream
-from core.stack.supervisor import WORKER_SLOTS, run_stack
 
-
-class Command(BaseCommand):
+class Command(QueueadminCommand):
     help = (
         "Start the embedded redis-server (unless REDIS_URL is set), migrate, collect static "
         "files, ensure the admin user, serve the console with gunicorn and run workers until "
         "Ctrl-C."
     )
-    requires_system_checks: list[str] = []  # checks run in gunicorn; migrate runs them too
 
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("--host", help="address to serve on (default: HOST or 127.0.0.1)")
         parser.add_argument("--port", type=int, help="port to serve on (default: PORT or 8000)")
-        parser.add_argument("--workers", type=int, default=2,
-                            help="runworker processes on the default queue (default 2)")
+        parser.add_argument("--workers", type=int, default=WORKERS,
+                            help=f"runworker processes on the default queue (default {WORKERS})")
         parser.add_argument("--slots", type=int, default=WORKER_SLOTS,
                             help=f"task slots of each worker (default {WORKER_SLOTS})")
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["workers"] < 0:
-            raise CommandError("--workers must be 0 or more")
+            raise bad_input("--workers must be 0 or more")
         if options["slots"] < 1:
-            raise CommandError("--slots must be 1 or more")
+            raise bad_input("--slots must be 1 or more")
         run_stack(
             host=options["host"], port=options["port"], out=raw_stream(self.stdout),
             workers=options["workers"], slots=options["slots"],

@@ -8,16 +8,15 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
+from core.cli import bad_input
 from core.conf import get_queue, redacted
-from core.pipeline import spark
-from core.queue import QueueError, RedisUnavailable
-from core.worker import WorkerConfig
-from core.worker.main import run_worker
+from core.management.base import QueueadminCommand
+from core.queue import InvalidInput, QueueError, RedisUnavailable
 
 
-class Command(BaseCommand):
+class Command(QueueadminCommand):
     help = (
         "Run a worker: lease tasks from the given queues, run their handlers, ack or fail them. "
         "SIGTERM/SIGINT stop it gracefully (a second signal releases running tasks at once)."
@@ -57,6 +56,11 @@ class Command(BaseCommand):
                             choices=["DEBUG", "INFO", "WARNING", "ERROR"])
 
     def handle(self, *args: Any, **options: Any) -> None:
+        # The worker's modules are imported here: `runworker --help` answers at once.
+        from core.pipeline import spark_target
+        from core.worker import WorkerConfig
+        from core.worker.main import run_worker
+
         logging.getLogger("queueadmin").setLevel(options["log_level"])
         try:
             config = WorkerConfig(
@@ -67,20 +71,23 @@ class Command(BaseCommand):
                 time_limit=options["time_limit"], heartbeat=options["heartbeat"],
             )
         except ValueError as exc:
-            raise CommandError(str(exc)) from exc
+            raise bad_input(str(exc)) from exc
         try:  # a bad SPARK_CONF would fail every data task: refused before any is taken
-            spark.parse_conf(getattr(settings, "SPARK_CONF", ""))
-        except spark.SparkConfError as exc:
-            raise CommandError(str(exc)) from exc
+            spark_target.parse_conf(getattr(settings, "SPARK_CONF", ""))
+        except spark_target.SparkConfError as exc:
+            raise bad_input(str(exc)) from exc
         try:
             run_worker(
                 options["queue"] or ["default"], get_queue, config,
                 handler_modules=[*settings.QUEUEADMIN_HANDLER_MODULES, *options["imports"]],
+                exit_process=True,
             )
         except RedisUnavailable as exc:
             raise CommandError(
-                f"{exc}\nREDIS_URL is {redacted(settings.REDIS_URL)}; start the stack with "
+                f"{exc}; REDIS_URL is {redacted(settings.REDIS_URL)}: start the stack with "
                 "`make run`, or set REDIS_URL to a running Redis."
             ) from exc
-        except (QueueError, ImportError, ImproperlyConfigured, RuntimeError) as exc:
+        except (InvalidInput, ImportError, ImproperlyConfigured) as exc:  # what it was given
+            raise bad_input(str(exc)) from exc
+        except (QueueError, RuntimeError) as exc:
             raise CommandError(str(exc)) from exc

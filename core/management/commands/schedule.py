@@ -11,10 +11,10 @@ from __future__ import annotations
 from argparse import ArgumentParser
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 
 from core.cli import actor_option, add_actor_option, raw_stream
-from core.cli import schedule as cli
+from core.management.base import QueueadminCommand
 from core.queue.schedule.spec import DEFAULT_MISSED_MAX, MISSED, OVERLAP
 
 
@@ -34,7 +34,7 @@ class IntermixedParser(CommandParser):
             self._inside = False
 
 
-class Command(BaseCommand):
+class Command(QueueadminCommand):
     help = ("Recurring schedules: add, list, show, pause, resume, remove, run-now, restore. "
             "Changes are audited with the OS user (or --as) as the actor.")
 
@@ -86,6 +86,8 @@ class Command(BaseCommand):
         add_actor_option(restore)
 
     def handle(self, *args: Any, **o: Any) -> None:
+        from core.cli import schedule as cli  # the service layer: not for `--help`
+
         out = raw_stream(self.stdout)
         action = o["action"]
         if action == "add":

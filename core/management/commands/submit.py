@@ -5,14 +5,13 @@ from __future__ import annotations
 from argparse import ArgumentParser
 from typing import Any
 
-from django.core.management.base import BaseCommand
-
 from core.cli import raw_stream
 from core.cli.due import add_due_options, due_from
-from core.cli.submit import submit
+from core.cli.submit import submit, unique_from
+from core.management.base import QueueadminCommand
 
 
-class Command(BaseCommand):
+class Command(QueueadminCommand):
     help = (
         "Submit a request: tasks as JSON arguments (a bare word is taken as a JSON string) "
         "and/or a JSON-lines file. Prints the request id; with --wait, follows it to the end."
@@ -46,6 +45,24 @@ class Command(BaseCommand):
             help="with --wait: print each task's result after the id, one JSON line each "
             '({"task": ID, "result": VALUE}, in task order)',
         )
+        parser.add_argument(
+            "--resource", action="append", default=[], metavar="R",
+            help="a named resource its tasks use (repeatable): the limits on R apply to them",
+        )
+        parser.add_argument(
+            "--unique-key", metavar="K",
+            help="while another request holds K, submit nothing and print that request's id",
+        )
+        parser.add_argument(
+            "--unique-scope", metavar="SCOPE",
+            help="how long a request holds its key: waiting (until its first task starts), "
+            "active (until it completes; the default) or done+DURATION (e.g. done+1h)",
+        )
+        parser.add_argument(
+            "--on-duplicate", choices=("return", "replace", "delay"),
+            help="what a duplicate does: return the holder (default), replace its tasks while "
+            "none has started, or delay a scheduled holder to this submit's due time (debounce)",
+        )
         add_due_options(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -64,6 +81,9 @@ class Command(BaseCommand):
             timeout=options["timeout"],
             print_results=options["print_results"],
             due=due_from(options["due_in"], options["due_at"]),
+            resources=options["resource"],
+            unique=unique_from(options["unique_key"], options["unique_scope"],
+                               options["on_duplicate"]),
             stdout=raw_stream(self.stdout),
             stderr=raw_stream(self.stderr),
         )

@@ -7,13 +7,11 @@ from __future__ import annotations
 from argparse import ArgumentParser
 from typing import Any
 
-from django.core.management.base import BaseCommand
-
 from core.cli import actor_option, add_actor_option, raw_stream
-from core.cli.workers import control
+from core.management.base import QueueadminCommand
 
 
-class Command(BaseCommand):
+class Command(QueueadminCommand):
     help = ("Quiet (take no new task, finish the running ones), stop (then exit) or resume a "
             "running worker, named as the workers page and its logs name it. It acts at its "
             "next heartbeat. Audited with the OS user (or --as) as the actor.")
@@ -29,5 +27,7 @@ class Command(BaseCommand):
         add_actor_option(parser)
 
     def handle(self, *args: Any, **o: Any) -> None:
+        from core.cli.workers import control
+
         control(command=o["command"], worker=o["name"], queue=o["queue"], wait=o["wait"],
                 out=raw_stream(self.stdout), actor=actor_option(o["as_user"]))

@@ -1,7 +1,7 @@
 -- lua/_base.lua: the queue's keys (the contract below), the state of one call (begin()), the
 --   clock, numbers as text, the derived key names.
--- One of the engine's helper files (`--@include common` brings them all, in the order of
--- scripts.py's HELPERS); it may use what the files before it define; it is the first.
+-- One of the engine's helper files: it includes the helpers it uses, and only those
+-- (scripts.py checks both).
 -- Defines: begin, now_ms, text, req_key, stream_key, rel_key, deadmap_key, progress_key,
 --   progress_at_key, results_key, tenant_key, state_key, handoff_key, delayed_key, sched_key.
 --
@@ -12,7 +12,8 @@
 -- Every ARGV "now (ms)" may be 0: the operation then reads the Redis server's clock (TIME).
 --
 -- Every script receives the same eight queue-level keys first, in this order:
---   KEYS[1] <p>:{Q}:ready    zset  tenant slots "<prio>:<tenant>" -> band(prio) + place in band
+--   KEYS[1] <p>:{Q}:ready    zset  slots "<prio>:<handler>:<tenant>" -> band(prio) + place in
+--                                  band (a worker skips the slots of handlers it does not run)
 --   KEYS[2] <p>:{Q}:leases   zset  "<rid>/<task>/<delivery>" -> lease expiry (ms)
 --   KEYS[3] <p>:{Q}:delayed  zset  "<rid>/<task>" -> due time (ms); and the member "~scheduled"
 --                                  -> the earliest due time in `scheduled` (or earlier: a
@@ -22,7 +23,8 @@
 --   KEYS[5] <p>:{Q}:events   stream lifecycle events (capped)
 --   KEYS[6] <p>:{Q}:wake     list  wake-up tokens for idle workers
 --   KEYS[7] <p>:{Q}:seq      string rotation / ordering sequence
---   KEYS[8] <p>:{Q}:stats    hash  waiting per priority ("w:<prio>") and cumulative counters
+--   KEYS[8] <p>:{Q}:stats    hash  waiting per priority and handler ("w:<prio>:<handler>") and
+--                                  cumulative counters
 -- Keys derived here from KEYS[1] (same "{Q}" hash tag, so cluster-safe):
 --   <p>:{Q}:req:<rid>            hash   request metadata and counters
 --   <p>:{Q}:req:<rid>:tasks      stream the request's tasks, consumer group "g"
@@ -30,11 +32,18 @@
 --   <p>:{Q}:req:<rid>:dead       hash   task -> id of its entry in the dead stream
 --   <p>:{Q}:req:<rid>:results    hash   task -> its handler's result (JSON), written with its
 --                                       ack (store_result()); expires with the request
---   <p>:{Q}:tr:<prio>:<tenant>   zset   eligible requests of one tenant at one priority -> seq
+--   <p>:{Q}:tr:<prio>:<handler>:<tenant>
+--                                zset   eligible requests of one tenant and handler at one
+--                                       priority -> seq
 --   <p>:{Q}:state:<state>        zset   request index by state -> time of entering it
 --   <p>:{Q}:done:<rid>           channel completion announcement
---   <p>:{Q}:idle                 zset   idle workers "<consumer>|<lease_ms>" -> when they
---                                       found nothing (registered by dequeue on request)
+--   <p>:{Q}:idle                 zset   idle workers "<consumer>|<lease_ms>", or
+--                                       "<consumer>|<lease_ms>|<handlers it runs>" -> when
+--                                       they found nothing (registered by dequeue on request)
+--   <p>:{Q}:hw                   zset   "<handler>|<worker>" -> until when that worker is
+--                                       presumed alive (ms): the handlers live workers run,
+--                                       renewed by each heartbeat (extend.lua) from the
+--                                       "handlers" field of worker:<name>
 --   <p>:{Q}:handoff:<consumer>   list   tasks handed straight to that idle worker
 --   <p>:{Q}:delayed:<prio>       zset   the delayed tasks of one priority "<rid>/<task>" -> due
 --                                       (KEYS[3] holds them all; these order promotion)
@@ -42,6 +51,13 @@
 --   <p>:{Q}:scheduled            zset   delayed requests (state "scheduled") -> due time (ms)
 --   <p>:{Q}:scheduled:<prio>     zset   the same for one priority (these order promotion)
 --   <p>:{Q}:sprio                zset   priorities that have scheduled requests -> 99 - prio
+--   <p>:{Q}:limits               hash   limit name -> "<on>|<value>|<rate>|<per_ms>|<conc>": a
+--                                       cap on the tasks of a key leased at once and/or a
+--                                       number of starts per window (_limits.lua); on is
+--                                       queue, handler, tenant or resource
+--   <p>:{Q}:lim:<name>:held      zset   the leases counted against a limit's concurrency ->
+--                                       when leased (pruned of ended leases when full)
+--   <p>:{Q}:lim:<name>:starts    zset   the leases started within a limit's window -> when
 --   <p>:{Q}:paused               string when the queue was paused (pause.lua); while it is
 --                                       there nothing is leased (take_ready()), handed
 --                                       (dispatch_idle()) or woken for (wake())
@@ -89,7 +105,9 @@ local EVENTS_MAXLEN = '1000000'
 
 -- The state of one call, set by begin().
 local K_READY, K_LEASES, K_DELAYED, K_DEAD, K_EVENTS, K_WAKE, K_SEQ, K_STATS
-local PREFIX, K_IDLE, K_DPRIO, K_PAUSED, K_REVOKED, K_CLAIMTO, K_SCHED, K_SPRIO
+local PREFIX, K_IDLE, K_DPRIO, K_PAUSED, K_REVOKED, K_CLAIMTO, K_SCHED, K_SPRIO, K_LIMITS
+local LIMITS  -- the queue's limits, read once per call that leases (_limits.lua); nil: not yet
+local LIMIT_DUE  -- ms until a rate limit that held work back lets it start again, or -1
 local PAUSED  -- is_paused(): nil until asked in this call
 local NOW, NOW_TEXT  -- set by now_ms(), which every operation calls next
 local DISPATCH  -- see sync_ready()
@@ -119,11 +137,12 @@ local function begin(keys)
     K_CLAIMTO = PREFIX .. 'claimto'
     K_SCHED = PREFIX .. 'scheduled'
     K_SPRIO = PREFIX .. 'sprio'
+    K_LIMITS = PREFIX .. 'limits'
   end
   K_LEASES, K_DELAYED, K_DEAD = keys[2], keys[3], keys[4]
   K_EVENTS, K_WAKE, K_SEQ, K_STATS = keys[5], keys[6], keys[7], keys[8]
   NOW, NOW_TEXT, DISPATCH, PROMOTED, FLOOR, READY_HELD = 0, nil, false, false, -1, false
-  PAUSED = nil
+  PAUSED, LIMITS, LIMIT_DUE = nil, nil, -1
   METRICS_ON = true
   -- finish() leaves these empty; a call that failed part-way may not have: start clean.
   if not REQS or next(REQS) then REQS = {} end

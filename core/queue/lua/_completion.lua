@@ -1,10 +1,12 @@
 -- lua/_completion.lua: a request's completion (maybe_complete()), its follow-ups (follow_on()) and
 --   their cancel.
--- One of the engine's helper files (`--@include common` brings them all, in the order of
--- scripts.py's HELPERS); it may use what the files before it define (_base.lua, _requests.lua,
---   _metrics.lua, _readiness.lua, _finish.lua, _leasing.lua).
--- Defines: completes, maybe_complete, cancel_held, follow_on (declared earlier).
+-- One of the engine's helper files: it includes the helpers it uses, and only those
+-- (scripts.py checks both).
+-- Defines: completes, maybe_complete, cancel_held, unique_handover, follow_on.
 --
+--@include base requests readiness index unique
+
+local follow_on  -- maybe_complete() and follow_on() call each other: defined below
 
 -- Whether the request is finished once its counters say so (maybe_complete() records it).
 local function completes(h)
@@ -21,6 +23,7 @@ local function maybe_complete(h, now)
   elseif h.dead > 0 or h.discarded > 0 then final = 'failed' end
   set_state(h, final, now)
   set_field(h, 'finished_ms', now)
+  if h.uk then unique_completed(h, final) end
   sync_ready(h)
   local ttl = h.retention_ms
   if h.dead > 0 then
@@ -73,6 +76,18 @@ local function cancel_held(c, now, parent)
   maybe_complete(c, now)
 end
 
+-- A flow holds its unique key until its last step completes (a data job's key, its output
+-- path, while its combine step writes it): the parent h, done, hands its key (an "active" or
+-- "done+" scope) to the follow-up c it starts, unless another request took the key meanwhile.
+local function unique_handover(h, c)
+  if c.uk or string.sub(h.uk, 1, 8) == 'waiting|' then return end
+  local k = uniq_key(uk_key(h.uk))
+  local cur = redis.call('GET', k)
+  if cur and cur ~= h.id then return end
+  redis.call('SET', k, c.id)
+  set_field(c, 'uk', h.uk)
+end
+
 -- The parent h completed as `final`: its held follow-ups start (done) or are cancelled
 -- (cancelled), and so on down a chain. A failed parent leaves them held: requeuing its dead
 -- letters reopens it, and its next completion decides again. Follow-ups no longer held
@@ -85,6 +100,7 @@ follow_on = function(h, final, now)
       if final == 'done' then
         set_state(c, 'active', now)
         bump_waiting_stat(c, c.waiting)
+        if h.uk then unique_handover(h, c) end
         event('unheld', cid, 'after', h.id)
         sync_ready(c)
         maybe_complete(c, now)

@@ -1,9 +1,9 @@
 -- lua/_finish.lua: finish(): the end of every operation, writing what the call kept back.
--- One of the engine's helper files (`--@include common` brings them all, in the order of
--- scripts.py's HELPERS); it may use what the files before it define (_base.lua, _requests.lua,
---   _metrics.lua, _readiness.lua).
+-- One of the engine's helper files: it includes the helpers it uses, and only those
+-- (scripts.py checks both).
 -- Defines: finish.
 --
+--@include base readiness
 
 -- The end of every operation (scripts.py calls it with the operation's result): the changed
 -- request fields, one HSET per request; the stats, one HINCRBY per field; the state indexes

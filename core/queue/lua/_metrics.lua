@@ -1,8 +1,9 @@
 -- lua/_metrics.lua: the handlers' per-minute metrics, counted in memory and written by finish().
--- One of the engine's helper files (`--@include common` brings them all, in the order of
--- scripts.py's HELPERS); it may use what the files before it define (_base.lua, _requests.lua).
+-- One of the engine's helper files: it includes the helpers it uses, and only those
+-- (scripts.py checks both).
 -- Defines: metrics_of, metric, metric_done, metric_failed_run, metric_tally.
 --
+--@include base
 
 -- Per-handler metrics of this minute (see the header), written by finish(): one HINCRBY per
 -- handler and field for the whole call, however many tasks it finished. A timed task done,

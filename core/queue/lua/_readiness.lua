@@ -1,12 +1,11 @@
 -- lua/_readiness.lua: the rotation sequence and priority bands, events, pause and wake-up, a
 --   request's state and its index, lease bookkeeping.
--- One of the engine's helper files (`--@include common` brings them all, in the order of
--- scripts.py's HELPERS); it may use what the files before it define (_base.lua, _requests.lua,
---   _metrics.lua).
--- Defines: next_seq, band_tail, event, utf8_head, append_tasks, tasks_event, is_paused, wake,
---   slot_of, set_state, bump_waiting_stat, add_lease, flush_leases, is_eligible (declared
---   earlier).
+-- One of the engine's helper files: it includes the helpers it uses, and only those
+-- (scripts.py checks both).
+-- Defines: next_seq, band_tail, event, utf8_head, append_tasks, tasks_event, trace_event,
+--   is_paused, wake, slot_of, set_state, bump_waiting_stat, add_lease, flush_leases.
 --
+--@include base requests
 
 local function next_seq(n)
   return redis.call('INCRBY', K_SEQ, n or 1)
@@ -84,6 +83,13 @@ local function tasks_event(kind, rid, ids, txt, ...)
   event(kind, rid, 'ids', ids, 'text', txt, ...)
 end
 
+-- The fields an event of a request submitted with a trace context adds ("tp", its W3C
+-- traceparent: the mirror's search and the request page read its trace id), before `...`.
+local function trace_event(tp, ...)
+  if tp then return 'tp', tp, ... end
+  return ...
+end
+
 -- Whether an operator paused the queue (pause.lua): asked once per call, and only where work
 -- would be handed out, so that a submit or an ack pays nothing for it.
 local function is_paused()
@@ -95,11 +101,10 @@ local function wake()
   if redis.call('LLEN', K_WAKE) == 0 and not is_paused() then redis.call('RPUSH', K_WAKE, '1') end
 end
 
-local function slot_of(h) return text(h.priority) .. ':' .. h.tenant end
-
-is_eligible = function(h)
-  return (h.state == 'open' or h.state == 'active') and h.waiting > 0 and h.leased < h.concurrency
-end
+-- A request's slot in `ready`: its priority, handler and tenant. Slots are per handler so that
+-- a worker leases only what it runs (take_ready()'s `runs`) by skipping whole slots, never
+-- single requests.
+local function slot_of(h) return text(h.priority) .. ':' .. h.handler .. ':' .. h.tenant end
 
 -- The state index (state:<state>) follows in finish(): one ZREM and one ZADD per pair of
 -- states for the whole call, from where the request was to where it ends.
@@ -111,8 +116,10 @@ local function set_state(h, new_state, now)
   set_field(h, 'updated_ms', now)
 end
 
+-- Waiting work per priority and handler ("w:<prio>:<handler>"): what can run at each level,
+-- and what waits for a handler no live worker runs (introspect.waiting_by_handler()).
 local function bump_waiting_stat(h, d)
-  stat('w:' .. text(h.priority), d)
+  stat('w:' .. text(h.priority) .. ':' .. h.handler, d)
 end
 
 -- Leases to add to `leases`, written in one ZADD by flush_leases().

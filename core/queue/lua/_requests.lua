@@ -1,10 +1,11 @@
 -- lua/_requests.lua: a request's hash loaded once per call (load_req()), its fields and counters
 --   changed in memory and written back by finish(); the stats; results kept with an ack.
--- One of the engine's helper files (`--@include common` brings them all, in the order of
--- scripts.py's HELPERS); it may use what the files before it define (_base.lua).
--- Defines: set_late, load_req, mark, set_field, write_rel, split_results, store_result, add, stat,
---   due_of, create_req.
+-- One of the engine's helper files: it includes the helpers it uses, and only those
+-- (scripts.py checks both).
+-- Defines: is_eligible, set_late, load_req, mark, set_field, write_rel, split_results,
+--   store_result, add, stat, due_of, create_req.
 --
+--@include base
 
 -- The request fields every operation reads (load_req()): those leasing needs (LEASE), then
 -- those a completion or a counter change needs (LATE). Leasing, the hot path's half that
@@ -12,8 +13,10 @@
 -- (most counters of a new request) costs Redis a scan of the whole hash, and LATE fields
 -- are read, all at once, only if used. The rare ones (add, seal: total; fail, reap:
 -- max_attempts and the backoff) are read when first used.
+-- "tp": the producer's trace context (a W3C traceparent), when it sent one (issue 38): a
+-- leased task's goes back to the worker with it (traced(), _leasing.lua).
 local LEASE = {'state', 'tenant', 'handler', 'priority', 'concurrency', 'waiting', 'retry',
-               'leased', 'lease_ms'}
+               'leased', 'lease_ms', 'rs', 'uk', 'tp'}
 local LATE = {'delayed', 'done', 'dead', 'cancelled', 'retention_ms', 'discarded', 'then', 'rel',
               'prog', 'res'}
 local FIELDS, IS_LATE = {}, {retention_text = true}  -- LEASE, then LATE; which are LATE
@@ -24,7 +27,10 @@ for i = 1, #LATE do
 end
 local RARE = {'total', 'max_attempts', 'backoff_ms', 'backoff_max_ms'}
 
-local is_eligible
+-- Whether a request belongs in the ready index: runnable state, waiting work, a free slot.
+local function is_eligible(h)
+  return (h.state == 'open' or h.state == 'active') and h.waiting > 0 and h.leased < h.concurrency
+end
 
 -- The LATE fields of a table loaded for leasing, from their values in the hash (v), except
 -- those the call has set since.
@@ -77,16 +83,17 @@ local function load_req(rid, for_lease)
     h = {id = rid, state = v[1], tenant = v[2], handler = v[3], priority = tonumber(v[4]),
          concurrency = tonumber(v[5]), waiting = tonumber(v[6]) or 0,
          retry = tonumber(v[7]) or 0, leased = tonumber(v[8]) or 0, lease_ms = tonumber(v[9]),
-         _late = false, _elig = false, _state0 = v[1], _dirty = false, _moved = false}
+         rs = v[10], uk = v[11], tp = v[12], _late = false, _elig = false, _state0 = v[1],
+         _dirty = false, _moved = false}
   else
     h = {id = rid, state = v[1], tenant = v[2], handler = v[3], priority = tonumber(v[4]),
          concurrency = tonumber(v[5]), waiting = tonumber(v[6]) or 0,
          retry = tonumber(v[7]) or 0, leased = tonumber(v[8]) or 0, lease_ms = tonumber(v[9]),
-         delayed = tonumber(v[10]) or 0, done = tonumber(v[11]) or 0,
-         dead = tonumber(v[12]) or 0, cancelled = tonumber(v[13]) or 0,
-         retention_ms = tonumber(v[14]), retention_text = v[14],
-         discarded = tonumber(v[15]) or 0, ['then'] = v[16], rel = v[17], prog = v[18],
-         res = v[19],
+         rs = v[10], uk = v[11], tp = v[12], delayed = tonumber(v[13]) or 0,
+         done = tonumber(v[14]) or 0, dead = tonumber(v[15]) or 0,
+         cancelled = tonumber(v[16]) or 0, retention_ms = tonumber(v[17]),
+         retention_text = v[17], discarded = tonumber(v[18]) or 0, ['then'] = v[19],
+         rel = v[20], prog = v[21], res = v[22],
          _late = true, _elig = false, _state0 = v[1], _dirty = false, _moved = false}
   end
   setmetatable(h, REQ_META)
@@ -183,6 +190,11 @@ local function create_req(argv, rk, rid, state, p, n, now, extra)
     'lease_ms', argv[p + 5], 'retention_ms', argv[p + 6], 'total', text(n),
     'max_attempts', argv[p + 4], 'backoff_ms', argv[p + 7], 'backoff_max_ms', argv[p + 8],
     'created_ms', text(now), 'updated_ms', text(now)}
+  local rs = argv[p + 9]
+  if rs and rs ~= '' then
+    fields[#fields + 1] = 'rs'
+    fields[#fields + 1] = rs
+  end
   for _, v in ipairs(extra) do fields[#fields + 1] = v end
   redis.call('HSET', rk, unpack(fields))
   redis.call('ZADD', state_key(state), text(now), rid)
@@ -192,8 +204,8 @@ local function create_req(argv, rk, rid, state, p, n, now, extra)
              cancelled = 0, discarded = 0, max_attempts = tonumber(argv[p + 4]),
              lease_ms = tonumber(argv[p + 5]), retention_ms = tonumber(argv[p + 6]),
              backoff_ms = tonumber(argv[p + 7]), backoff_max_ms = tonumber(argv[p + 8]),
-             retention_text = argv[p + 6], _elig = false, _state0 = state, _dirty = false,
-             _moved = false}
+             retention_text = argv[p + 6], rs = (rs ~= '' and rs) or nil, _elig = false,
+             _state0 = state, _dirty = false, _moved = false}
   REQS[rid] = h
   return h
 end

@@ -1,10 +1,9 @@
 -- lua/_revoke.lua: leases revoked by an operator's release or claim while the holder may still run.
--- One of the engine's helper files (`--@include common` brings them all, in the order of
--- scripts.py's HELPERS); it may use what the files before it define (_base.lua, _requests.lua,
---   _metrics.lua, _readiness.lua, _finish.lua, _leasing.lua, _completion.lua, _tasks.lua,
---   _scheduled.lua).
+-- One of the engine's helper files: it includes the helpers it uses, and only those
+-- (scripts.py checks both).
 -- Defines: revoke, move_on, end_revoked.
 --
+--@include base requests readiness index tasks completion
 
 -- An operator took a task from a holder that may still be running it (claim.lua: a release,
 -- or a claim for `consumer`): the holder's lease is revoked. Its token moves from `leases` to
@@ -43,8 +42,10 @@ local function move_on(h, tid, deliv, consumer, now)
     local lease = rid .. '/' .. tid .. '/' .. (deliv + 1)
     redis.call('ZADD', K_LEASES, now + h.lease_ms, lease)
     local hk = handoff_key(consumer)
-    redis.call('RPUSH', hk, cjson.encode({lease, attempts_of(rid, tid, deliv + 1), c[1][2][2],
-                                          h.handler, h.lease_ms}))
+    local item = {lease, attempts_of(rid, tid, deliv + 1), c[1][2][2], h.handler, h.lease_ms}
+    -- With its trace context, as dispatch_idle() hands it (no lease wait: -1).
+    if h.tp then item = {item, {lease, string.sub(h.tp, 1, 55), -1}} end
+    redis.call('RPUSH', hk, cjson.encode(item))
     redis.call('PEXPIRE', hk, 10 * math.max(h.lease_ms, 1000))
   end
   sync_ready(h)

@@ -1,11 +1,10 @@
 -- lua/_scheduled.lua: delayed requests (state scheduled) and the promotion of due retries and
 --   requests (promote_due()).
--- One of the engine's helper files (`--@include common` brings them all, in the order of
--- scripts.py's HELPERS); it may use what the files before it define (_base.lua, _requests.lua,
---   _metrics.lua, _readiness.lua, _finish.lua, _leasing.lua, _completion.lua, _tasks.lua).
--- Defines: schedule_req, unschedule_req, make_due, promote_scheduled, promote_due (declared
---   earlier).
+-- One of the engine's helper files: it includes the helpers it uses, and only those
+-- (scripts.py checks both).
+-- Defines: schedule_req, unschedule_req, make_due, promote_scheduled, promote_due.
 --
+--@include base requests readiness index tasks completion
 
 -- A delayed request waits for its due time (submit.lua): in the queue-wide index (listing,
 -- counts, next due time), in its priority's (promotion order), and its due time in `delayed`
@@ -81,7 +80,7 @@ end
 -- Runs once per call (dispatch_idle() or the first take_ready(), whichever comes first).
 -- Nothing due (the head of `delayed` is later, or absent): one command, as before delayed
 -- requests existed.
-promote_due = function()
+local function promote_due()
   if PROMOTED then return FLOOR end
   PROMOTED = true
   local first = redis.call('ZRANGE', K_DELAYED, '0', '0', 'WITHSCORES')

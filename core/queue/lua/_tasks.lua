@@ -1,10 +1,11 @@
 -- lua/_tasks.lua: one task's moves between the PEL's pseudo-consumers: parked, retired,
 --   dead-lettered, waiting, delayed.
--- One of the engine's helper files (`--@include common` brings them all, in the order of
--- scripts.py's HELPERS); it may use what the files before it define (_base.lua, _requests.lua,
---   _metrics.lua, _readiness.lua, _finish.lua, _leasing.lua, _completion.lua).
--- Defines: split_lease, pending_info, park, retire, to_dead, to_waiting, delay_task, undelay_task.
+-- One of the engine's helper files: it includes the helpers it uses, and only those
+-- (scripts.py checks both).
+-- Defines: split_lease, pending_info, park, retire, to_dead, to_waiting, delay_task, undelay_task,
+--   attempts_of.
 --
+--@include base requests metrics readiness
 
 local function split_lease(lease)
   local rid, tid, deliv = string.match(lease, '^([^/]+)/([^/]+)/(%d+)$')
@@ -73,4 +74,10 @@ local function undelay_task(h, rid, tid)
   if redis.call('ZREM', dk, m) == 1 and redis.call('EXISTS', dk) == 0 then
     redis.call('ZREM', K_DPRIO, h.priority)
   end
+end
+
+-- Attempts a task has used: deliveries, less those that did not count (releases, claims).
+local function attempts_of(rid, tid, deliveries)
+  local rel = tonumber(redis.call('HGET', rel_key(rid), tid) or '0')
+  return deliveries - rel
 end

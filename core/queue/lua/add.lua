@@ -3,7 +3,7 @@
 KEYS[1..8] queue-level keys (see _base.lua)
 KEYS[9]    <p>:{Q}:req:<rid>         request hash
 KEYS[10]   <p>:{Q}:req:<rid>:tasks   task stream
-Derived:   tr:<prio>:<tenant>, delayed:<prio>, dprio (see _base.lua)
+Derived:   tr:<prio>:<handler>:<tenant>, delayed:<prio>, dprio (see _base.lua)
 
 ARGV[1] rid   ARGV[2] now (ms)
 ARGV[3] expected total before this batch ("" = any): makes a resumed batch append only where
@@ -18,7 +18,7 @@ A scheduled request that is not sealed yet takes tasks too: they wait for its du
 Errors (as integers): -2 no such request, -3 request is sealed (or cancelled/finished),
                       -6 the request's total is not the expected one
 --]]
---@include common
+--@include base requests readiness index leasing
 
 local rid, now = ARGV[1], now_ms(ARGV[2])
 local h = load_req(rid)

@@ -9,7 +9,7 @@ so is a scheduled (delayed) request, which leaves the scheduled indexes: nothing
 KEYS[1..8] queue-level keys (see _base.lua)
 KEYS[9]    <p>:{Q}:req:<rid>         request hash
 KEYS[10]   <p>:{Q}:req:<rid>:tasks   task stream
-Derived:   req:<rid>:rel|dead, tr:<prio>:<tenant>, state:<state>, done:<rid>, delayed:<prio>, dprio,
+Derived:   req:<rid>:rel|dead, tr:<prio>:<handler>:<tenant>, state:<state>, done:<rid>, delayed:<prio>, dprio,
            scheduled, scheduled:<prio>, sprio
 
 ARGV[1] rid   ARGV[2] now (ms)
@@ -19,7 +19,7 @@ held or scheduled
 (cancelled already, or finished), 1 when this call cancelled it
 Errors: -2 no such request
 --]]
---@include common
+--@include base requests readiness index tasks completion scheduled
 
 local rid, now = ARGV[1], now_ms(ARGV[2])
 local sk = KEYS[10]

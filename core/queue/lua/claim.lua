@@ -17,8 +17,8 @@ if the request is being cancelled.
 KEYS[1..8] queue-level keys (see _base.lua)
 KEYS[9]    <p>:{Q}:req:<rid>         request hash
 KEYS[10]   <p>:{Q}:req:<rid>:tasks   task stream
-Derived:   req:<rid>:rel, revoked, claimto, handoff:<consumer>, tr:<prio>:<tenant>,
-           state:<state>, done:<rid>, delayed:<prio>, dprio, idle
+Derived:   req:<rid>:rel, revoked, claimto, handoff:<consumer>, worker:<consumer>,
+           tr:<prio>:<handler>:<tenant>, state:<state>, done:<rid>, delayed:<prio>, dprio, idle
 
 ARGV[1] rid   ARGV[2] now (ms)   ARGV[3] task id   ARGV[4] consumer ("" = release)
 ARGV[5] expected holder ("" or absent = any)   ARGV[6] least idle time (ms; absent = 0)
@@ -27,9 +27,10 @@ Returns {1, previous holder, until}: until = the revoked lease's expiry (ms), wh
         moves on at the latest, or 0 when it moved on now
 Errors: -2 no such request, -5 task is not leased (or was released or claimed already and
         its holder has not stopped yet), -7 held by another consumer than expected, or idle
-        less than ARGV[6] (delivered again since)
+        less than ARGV[6] (delivered again since), -11 the consumer is a worker that announced
+        the handlers it runs (handlers.py) and the request's handler is not among them
 --]]
---@include common
+--@include base requests readiness leasing revoke
 
 local rid, now, tid, consumer = ARGV[1], now_ms(ARGV[2]), ARGV[3], ARGV[4]
 local sk = KEYS[10]
@@ -45,6 +46,10 @@ local holder, deliveries = p[1][2], tonumber(p[1][4])
 if string.sub(holder, 1, 1) == '~' then return -5 end
 local expect = ARGV[5] or ''
 if expect ~= '' and holder ~= expect then return -7 end
+if consumer ~= '' then  -- a worker leases only what it runs: so is it given
+  local runs = redis.call('HGET', PREFIX .. 'worker:' .. consumer, 'handlers')
+  if runs and not runs_set(runs)[h.handler] then return -11 end
+end
 local old = rid .. '/' .. tid .. '/' .. deliveries
 local expiry = redis.call('ZSCORE', K_LEASES, old)
 if not expiry then return -5 end

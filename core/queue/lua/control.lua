@@ -17,7 +17,7 @@ ARGV[1] now (ms)   ARGV[2] worker   ARGV[3] "quiet", "stop" or "resume"   ARGV[4
 Returns {changed (1 or 0), the worker's control afterwards: "quiet", "stop" or ""}.
 Errors: -8 no such worker (not in the registry, or its entry expired)
 --]]
---@include common
+--@include base
 
 local now, worker, command = now_ms(ARGV[1]), ARGV[2], ARGV[3]
 if not redis.call('ZSCORE', KEYS[9], worker) or redis.call('EXISTS', KEYS[10]) == 0 then

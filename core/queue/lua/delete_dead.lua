@@ -13,7 +13,7 @@ Returns {deleted, skipped}
 Events:  "discarded" per request touched, with the count (the mirror marks its letters
          resolution = "deleted")
 --]]
---@include common
+--@include base requests readiness tasks
 
 now_ms(ARGV[1])
 local deleted, skipped = 0, 0

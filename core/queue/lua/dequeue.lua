@@ -15,7 +15,7 @@ by priority and rotation: parked retries first (XCLAIM from
 (dispatch_idle()).
 
 KEYS[1..8] queue-level keys (see _base.lua)
-Derived:   req:<rid>, req:<rid>:tasks, req:<rid>:rel, req:<rid>:results, tr:<prio>:<tenant>, state:<state>,
+Derived:   req:<rid>, req:<rid>:tasks, req:<rid>:rel, req:<rid>:results, tr:<prio>:<handler>:<tenant>, state:<state>,
            done:<rid>, idle, handoff:<consumer>, delayed:<prio>, dprio, revoked, claimto
            (see _base.lua)
 
@@ -32,22 +32,33 @@ ARGV[7] a worker's tally (core/queue/metrics.py Tally): counts of acks this cons
         accepted earlier, "<handler>|<field> <n>" pairs separated by spaces, added to this
         minute's metrics (metric_tally()); "" = none. A worker sends its acks' times this way,
         about once a second, instead of one token per ack in ARGV[6].
-ARGV[8..] leases to acknowledge, each alone or "<lease> <result JSON>": an accepted ack keeps
+ARGV[8] the handlers this consumer runs, separated by spaces ("" = any): only tasks of these
+        are leased to it, here and in handoffs while it is idle (take_ready()'s `runs`), so a
+        worker never leases a task it has no handler for; another's waits for a worker that has
+ARGV[9..] leases to acknowledge, each alone or "<lease> <result JSON>": an accepted ack keeps
         the task's result with its request (req:<rid>:results; split_results() and
         store_result() in _requests.lua), a refused one keeps nothing
 
-Returns {ack_results, next_due_ms, tasks}
+Returns {ack_results, next_due_ms, tasks[, traces]}
   ack_results  one integer per lease: 1 acked, -1 lease not held
-  next_due_ms  when nothing was leased: ms until the next delayed task is due, else -1
+  next_due_ms  when nothing was leased: ms until the next delayed task is due, or until a
+               rate limit lets held-back work start, else -1
   tasks        flat: lease, attempt, payload, handler, lease_ms for each leased task
+  traces       only when some leased task's request has a trace context (field "tp", issue
+               38): flat, lease, traceparent, lease wait (ms; -1 unknown) for each of those
+               (traced(), _leasing.lua)
+
+A handoff list's item is a `tasks` list as JSON, or {tasks, traces} when it has traces.
 --]]
---@include common
+--@include base requests metrics index tasks completion leasing revoke
 
 local now, consumer, want = now_ms(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 local lease_override = tonumber(ARGV[4])
+local runs = runs_set(ARGV[8])
 local idle_member = nil
 if ARGV[5] == '1' and want > 0 then
   idle_member = consumer .. '|' .. ARGV[4]
+  if runs then idle_member = idle_member .. '|' .. ARGV[8] end
   redis.call('ZREM', K_IDLE, idle_member)
 end
 
@@ -55,8 +66,8 @@ end
 -- when the request completes) and one update of its counters, whatever the batch size.
 local acks = {}
 if ARGV[7] ~= '' then metric_tally(ARGV[7]) end
-if #ARGV >= 8 then
-  local leases = {unpack(ARGV, 8)}
+if #ARGV >= 9 then
+  local leases = {unpack(ARGV, 9)}
   local results = split_results(leases)
   local timing  -- ack index -> its token, if metrics are counted
   if ARGV[6] == '' then
@@ -132,12 +143,21 @@ if idle_member then
     redis.call('DEL', hk)
     for _, item in ipairs(items) do
       local t = cjson.decode(item)
+      local tr
+      if type(t[1]) == 'table' then t, tr = t[1], t[2] end
       for i = 1, #t, 5 do
         local score = redis.call('ZSCORE', K_LEASES, t[i])
         if score then  -- not reaped, claimed or released meanwhile
           redis.call('ZADD', K_LEASES, 'XX', now + tonumber(t[i + 4]), t[i])
           for j = i, i + 4 do out[#out + 1] = t[j] end
           got = got + 1
+          for j = 1, tr and #tr or 0, 3 do  -- its trace context, as handed
+            if tr[j] == t[i] then
+              local o = out.tr or {}
+              out.tr = o
+              o[#o + 1], o[#o + 2], o[#o + 3] = tr[j], tr[j + 1], tr[j + 2]
+            end
+          end
         else  -- never started here: if an operator revoked it, it moves on now
           end_revoked(t[i], now, 'holder')
         end
@@ -145,7 +165,7 @@ if idle_member then
     end
   end
 end
-got = got + take_ready(consumer, math.max(want - got, 0), lease_override, out)
+got = got + take_ready(consumer, math.max(want - got, 0), lease_override, out, runs)
 
 local next_due = -1
 if got > 0 then
@@ -160,6 +180,13 @@ else
   if idle_member then redis.call('ZADD', K_IDLE, now, idle_member) end
   local first = redis.call('ZRANGE', K_DELAYED, 0, 0, 'WITHSCORES')
   if #first > 0 then next_due = math.max(0, tonumber(first[2]) - now) end
+  -- Work a rate limit held back starts again when its window's oldest start leaves it.
+  if LIMIT_DUE >= 0 and (next_due < 0 or LIMIT_DUE < next_due) then next_due = LIMIT_DUE end
 end
 dispatch_idle()
+local tr = out.tr
+if tr then
+  out.tr = nil
+  return {acks, next_due, out, tr}
+end
 return {acks, next_due, out}

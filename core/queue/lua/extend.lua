@@ -2,19 +2,22 @@
 still holds.
 
 KEYS[1..8] queue-level keys (see _base.lua)
-Derived:   req:<rid>, workers (zset name -> last beat ms), worker:<name> (hash)
+Derived:   req:<rid>, workers (zset name -> last beat ms), worker:<name> (hash), hw
 
 ARGV[1] now (ms)   ARGV[2] lease_ms (0 = each request's own lease time)
 ARGV[3] worker name ("" = renew leases only)   ARGV[4] registry entry ttl (ms)
 ARGV[5] worker info (JSON text)                ARGV[6..] leases
 
 A lease past its expiry that nothing has reaped, claimed or acked yet is renewed too.
+A worker's beat also renews the handlers it announced (the "handlers" field of its hash,
+written by handlers.announce()) in `hw`, for one lease length (ARGV[2], else 10 s): an
+announcement ends with its worker's heartbeat.
 
 Returns one integer per lease: 1 renewed, 2 renewed but its request is being cancelled
 (the worker should stop the task and release it), -1 not held (reaped, claimed, released or
 finished: the worker must not ack it).
 --]]
---@include common
+--@include base tasks
 
 local now, override, worker = now_ms(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 if worker ~= '' then
@@ -22,6 +25,15 @@ if worker ~= '' then
   redis.call('ZADD', PREFIX .. 'workers', now, worker)
   redis.call('HSET', wk, 'info', ARGV[5], 'beat_ms', now, 'leases', #ARGV - 5)
   redis.call('PEXPIRE', wk, ARGV[4])
+  local runs = redis.call('HGET', wk, 'handlers')
+  if runs then
+    local live, args = now + (override > 0 and override or 10000), {}
+    for name in string.gmatch(runs, '%S+') do
+      args[#args + 1] = live
+      args[#args + 1] = name .. '|' .. worker
+    end
+    if #args > 0 then redis.call('ZADD', PREFIX .. 'hw', unpack(args)) end
+  end
 end
 local out = {}
 for i = 6, #ARGV do

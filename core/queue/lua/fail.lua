@@ -4,7 +4,7 @@ dead-letter the task once it has used `max_attempts` (or at once when retry is r
 A task of a cancelled request is not retried: it is counted cancelled.
 
 KEYS[1..8] queue-level keys (see _base.lua)
-Derived:   req:<rid>, req:<rid>:tasks|rel|dead, tr:<prio>:<tenant>, state:<state>, done:<rid>,
+Derived:   req:<rid>, req:<rid>:tasks|rel|dead, tr:<prio>:<handler>:<tenant>, state:<state>, done:<rid>,
            delayed:<prio>, dprio, revoked, claimto, handoff:<consumer>, idle
 
 ARGV[1] now (ms)  ARGV[2] lease  ARGV[3] error text  ARGV[4] traceback  ARGV[5] worker
@@ -17,7 +17,7 @@ Errors: -1 lease not held (expired, reaped, claimed, released or already finishe
         of a lease an operator revoked (claim.lua) is refused too, but says that its run is
         over: its task moves on now (end_revoked()), without spending an attempt.
 --]]
---@include common
+--@include base requests metrics readiness index tasks completion leasing revoke
 
 local now, lease = now_ms(ARGV[1]), ARGV[2]
 local timing = ARGV[8] or ''
@@ -44,6 +44,8 @@ else
   delay = math.floor(delay * (0.5 + tonumber(ARGV[6]) / 2))
   stat('retried', 1)
   metric(h.handler, 'r', 1)
+  event('retried', h.id, 'task', tid, 'attempt', text(attempts), 'delay', text(delay),
+        'error', string.sub(ARGV[3], 1, 200), 'worker', ARGV[5])
   if delay <= 0 then
     to_waiting(h, tid)
     outcome = 'waiting'

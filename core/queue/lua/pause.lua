@@ -11,7 +11,7 @@ ARGV[1] now (ms)   ARGV[2] who paused it (text for the event)
 
 Returns 1 if the queue was running and is now paused, 0 if it was paused already.
 --]]
---@include common
+--@include base readiness
 
 local now = now_ms(ARGV[1])
 if not redis.call('SET', KEYS[9], text(now), 'NX') then return 0 end

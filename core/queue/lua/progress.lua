@@ -18,7 +18,7 @@ caps the message and line lengths; over MAX_TEXT bytes is refused.
 Returns 1 written, -1 lease not held (the write is dropped)
 Errors: -9 invalid input (numbers, or text over MAX_TEXT bytes)
 --]]
---@include common
+--@include base tasks
 
 local PROGRESS_TASKS = 64
 local LOG_LINES = 20

@@ -8,7 +8,7 @@ moves on as the operator asked (end_revoked()): back to waiting, to the consumer
 claimed for ("claimed"), or cancelled; no attempt is spent (the operator's move).
 
 KEYS[1..8] queue-level keys (see _base.lua)
-Derived:   req:<rid>, req:<rid>:tasks|rel|dead, tr:<prio>:<tenant>, state:<state>, done:<rid>,
+Derived:   req:<rid>, req:<rid>:tasks|rel|dead, tr:<prio>:<handler>:<tenant>, state:<state>, done:<rid>,
            delayed:<prio>, dprio, revoked, claimto, handoff:<consumer>, idle
 
 ARGV[1] now (ms)   ARGV[2] at most this many leases (and as many revoked ones)
@@ -18,7 +18,7 @@ ARGV[3] "0": count no handler metrics (a dead letter made here counts as the han
 Returns flat: request, task, worker, outcome ("waiting", "dead", "cancelled" or, for a revoked
 lease, "claimed") per lease
 --]]
---@include common
+--@include base requests readiness index tasks completion leasing revoke
 
 local now, limit = now_ms(ARGV[1]), tonumber(ARGV[2])
 METRICS_ON = ARGV[3] ~= '0'

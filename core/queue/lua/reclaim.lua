@@ -19,7 +19,7 @@ is not running it any more. The revoked leases (a few) are looked at on the firs
 KEYS[1..8] queue-level keys (see _base.lua)
 KEYS[9]    <p>:{Q}:workers          zset worker -> last beat (ms)
 KEYS[10]   <p>:{Q}:worker:<name>    hash its registry entry (info JSON)
-Derived:   req:<rid>, req:<rid>:tasks|rel, tr:<prio>:<tenant>, state:<state>, done:<rid>,
+Derived:   req:<rid>, req:<rid>:tasks|rel, tr:<prio>:<handler>:<tenant>, state:<state>, done:<rid>,
            idle (its entries removed), handoff:<worker>, delayed:<prio>, dprio, revoked,
            claimto, handoff:<consumer>
 
@@ -35,7 +35,7 @@ expired leases were looked at (there may be more), else -1: the worker was remov
 registry.
 Errors: -8 no such worker, -7 the worker beat within its dead-after (or none is known)
 --]]
---@include common
+--@include base requests readiness index tasks completion leasing revoke
 
 local now, worker = now_ms(ARGV[1]), ARGV[2]
 local limit, offset = tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -70,6 +70,7 @@ local hk = PREFIX .. 'handoff:' .. worker
 if offset == 0 then
   for _, item in ipairs(redis.call('LRANGE', hk, 0, -1)) do
     local ok, t = pcall(cjson.decode, item)
+    if ok and type(t) == 'table' and type(t[1]) == 'table' then t = t[1] end  -- {leases, traces}
     if ok and type(t) == 'table' then
       for i = 1, #t, 5 do
         local rid, tid = split_lease(t[i])

@@ -2,7 +2,7 @@
 stopped because its request was cancelled). A release is not counted as an attempt.
 
 KEYS[1..8] queue-level keys (see _base.lua)
-Derived:   req:<rid>, req:<rid>:tasks|rel, tr:<prio>:<tenant>, state:<state>, done:<rid>,
+Derived:   req:<rid>, req:<rid>:tasks|rel, tr:<prio>:<handler>:<tenant>, state:<state>, done:<rid>,
            delayed:<prio>, dprio, revoked, claimto, handoff:<consumer>, idle
 
 ARGV[1] now (ms)   ARGV[2..] leases
@@ -13,7 +13,7 @@ the lease would have expired (end_revoked()).
 
 Returns one integer per lease: 1 back to waiting, 2 dropped as cancelled, -1 not held.
 --]]
---@include common
+--@include base requests readiness index tasks completion leasing revoke
 
 local now = now_ms(ARGV[1])
 local out = {}
@@ -33,8 +33,10 @@ for i = 2, #ARGV do
       add(h, 'cancelled', 1)
       out[#out + 1] = 2
     else
+      local _, holder = pending_info(rid, tid)
       write_rel(h, 'HINCRBY', tid, 1)
       to_waiting(h, tid)
+      event('released', rid, 'task', tid, 'worker', holder or '?', 'by', 'worker')
       out[#out + 1] = 1
     end
     sync_ready(h)

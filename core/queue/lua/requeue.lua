@@ -8,7 +8,7 @@ Two forms:
 KEYS[1..8] queue-level keys (see _base.lua)
 KEYS[9], KEYS[10] request hash and task stream (form "request" only)
 Derived:   req:<rid>, req:<rid>:tasks|rel|dead|progress|progress:at|results,
-           tr:<prio>:<tenant>, state:<state>, delayed:<prio>, dprio
+           tr:<prio>:<handler>:<tenant>, state:<state>, delayed:<prio>, dprio
 
 ARGV[1] now (ms)
 
@@ -16,7 +16,7 @@ Returns {requeued, skipped}; skipped counts ids that are gone, or whose request 
 expired or was cancelled.
 Errors: -2 no such request (form "request"), -4 request cancelled (form "request")
 --]]
---@include common
+--@include base requests readiness index tasks leasing
 
 local now, mode = now_ms(ARGV[1]), ARGV[2]
 local requeued, skipped = 0, 0

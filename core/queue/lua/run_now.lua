@@ -4,7 +4,7 @@ A request that is not scheduled (due already, cancelled, finished) is left as it
 
 KEYS[1..8] queue-level keys (see _base.lua)
 KEYS[9]    <p>:{Q}:req:<rid>   request hash
-Derived:   scheduled, scheduled:<prio>, sprio, tr:<prio>:<tenant>, state:<state>, done:<rid>,
+Derived:   scheduled, scheduled:<prio>, sprio, tr:<prio>:<handler>:<tenant>, state:<state>, done:<rid>,
            idle, handoff:<consumer>, delayed:<prio>, dprio (see _base.lua)
 
 ARGV[1] rid   ARGV[2] now (ms)
@@ -13,7 +13,7 @@ Returns {state, changed}: changed 1 when this call made the request due, 0 when 
 scheduled (state says what it is)
 Errors: -2 no such request
 --]]
---@include common
+--@include base requests scheduled leasing
 
 local rid, now = ARGV[1], now_ms(ARGV[2])
 local h = load_req(rid)

@@ -7,14 +7,14 @@ Sealing twice is harmless: a sealed request's state is returned unchanged.
 
 KEYS[1..8] queue-level keys (see _base.lua)
 KEYS[9]    <p>:{Q}:req:<rid>   request hash
-Derived:   state:<state>, tr:<prio>:<tenant>, req:<rid>:tasks|rel|dead, done:<rid>
+Derived:   state:<state>, tr:<prio>:<handler>:<tenant>, req:<rid>:tasks|rel|dead, done:<rid>
 
 ARGV[1] rid   ARGV[2] now (ms)
 
 Returns the request's state after sealing (active, or done/failed if nothing is left).
 Errors: -2 no such request
 --]]
---@include common
+--@include base requests readiness completion
 
 local rid, now = ARGV[1], now_ms(ARGV[2])
 local h = load_req(rid)

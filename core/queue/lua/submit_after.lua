@@ -16,15 +16,16 @@ KEYS[9]    <p>:{Q}:req:<rid>           the follow-up's hash (field "after": the 
 KEYS[10]   <p>:{Q}:req:<rid>:tasks     its task stream (group "g" created here)
 KEYS[11]   <p>:{Q}:req:<parent>        the parent's hash (field "then": its follow-ups,
                                        ids separated by spaces)
-Derived:   tr:<prio>:<tenant>, state:held|active|cancelling|cancelled, done:<rid>,
+Derived:   tr:<prio>:<handler>:<tenant>, state:held|active|cancelling|cancelled, done:<rid>,
            delayed:<prio>, dprio (see _base.lua)
 
 ARGV[1]  rid          ARGV[2]  now (ms)      ARGV[3]  priority (0-99)
 ARGV[4]  concurrency  ARGV[5]  tenant        ARGV[6]  handler
 ARGV[7]  max_attempts ARGV[8]  lease_ms      ARGV[9]  retention_ms
 ARGV[10] backoff_ms   ARGV[11] backoff_max_ms
-ARGV[12] parent request id
-ARGV[13..] task payloads (JSON text): at least one, at most one call's worth (the client
+ARGV[12] resources it declares ("" = none)
+ARGV[13] parent request id
+ARGV[14..] task payloads (JSON text): at least one, at most one call's worth (the client
          refuses more)
 
 Its "submitted" event carries the first tasks' ids and payload text (append_tasks()).
@@ -34,9 +35,9 @@ tests/engine/test_engine_flow.py compares what they store.
 Returns {created (1|0), state, total}
 Errors: -2 no such parent request (nothing is written)
 --]]
---@include common
+--@include base requests readiness index completion leasing
 
-local rid, now, parent = ARGV[1], now_ms(ARGV[2]), ARGV[12]
+local rid, now, parent = ARGV[1], now_ms(ARGV[2]), ARGV[13]
 local rk, sk = KEYS[9], KEYS[10]
 
 if redis.call('EXISTS', rk) == 1 then
@@ -46,9 +47,9 @@ end
 local p = load_req(parent)
 if not p then return -2 end
 
-local n = #ARGV - 12
+local n = #ARGV - 13
 redis.call('XGROUP', 'CREATE', sk, GROUP, '0', 'MKSTREAM')
-local ids, txt = append_tasks(sk, ARGV, 13, 0)
+local ids, txt = append_tasks(sk, ARGV, 14, 0)
 local h = create_req(ARGV, rk, rid, 'held', 3, n, now, {'after', parent})
 if p['then'] then set_field(p, 'then', p['then'] .. ' ' .. rid) else set_field(p, 'then', rid) end
 

@@ -24,9 +24,10 @@ import orjson
 
 from core.queue.base import translated
 from core.queue.errors import QueueError, RedisReplyError, RedisUnavailable
+from core.queue.read.schedules import ScheduleState
 
 from .spec import Schedule
-from .store import RUNS_KEPT, Schedules, ScheduleState, submit
+from .store import RUNS_KEPT, Schedules, submit
 
 log = logging.getLogger("queueadmin.schedule")
 PENDING_LEASE_MS = 5_000
@@ -84,6 +85,8 @@ def tick(store: Schedules, now_ms: int, *, limit: int = DUE_BATCH,
             continue  # removed meanwhile
         state = _state(h)
         s = _schedule(h["spec"])
+        if s.job is not None and store.submit_job is None:
+            continue  # due still, for a scheduler that can submit a data job (Django's)
         if state.pending is not None:
             if now_ms - (state.pending_at or 0) >= PENDING_LEASE_MS:
                 report.recovered += _take_over(store, s, state.pending, now_ms, report)
@@ -134,7 +137,7 @@ def _submit_and_settle(store: Schedules, s: Schedule, slots: list[tuple[int, str
     error = ""
     for slot, rid in slots:
         try:
-            created = submit(store.q, s, slot, rid)
+            created = submit(store.q, s, slot, rid, store.submit_job)
         except TRANSIENT:
             raise  # pending stays: this or another scheduler submits it after the lease
         except (QueueError, ValueError, OSError) as exc:

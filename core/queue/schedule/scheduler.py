@@ -17,7 +17,7 @@ from core.queue import Queue, registry
 from core.queue.errors import QueueError
 
 from .fire import DUE_BATCH, TickReport, tick
-from .store import Schedules
+from .store import JobSubmit, Schedules
 
 log = logging.getLogger("queueadmin.schedule")
 TICK_S = 1.0
@@ -33,14 +33,17 @@ class Totals:
 
 
 class Scheduler:
-    """Fires the due slots of the schedules of `queues` (every registered queue if empty)."""
+    """Fires the due slots of the schedules of `queues` (every registered queue if empty);
+    `submit_job` submits the runs of data job schedules (store.JobSubmit)."""
 
     def __init__(self, client: Any, *, prefix: str = "qa", queues: Sequence[str] = (),
-                 clock: Callable[[], int] | None = None) -> None:
+                 clock: Callable[[], int] | None = None,
+                 submit_job: JobSubmit | None = None) -> None:
         self.client = client
         self.prefix = prefix
         self.queues = tuple(queues)
         self.clock = clock
+        self.submit_job = submit_job
         self._stores: dict[str, Schedules] = {}
         self._offset_s = 0.0  # Redis' clock minus ours, measured at each tick
 
@@ -48,7 +51,7 @@ class Scheduler:
         store = self._stores.get(name)
         if store is None:
             q = Queue(self.client, name, prefix=self.prefix, clock=self.clock)
-            store = self._stores[name] = Schedules(q)
+            store = self._stores[name] = Schedules(q, submit_job=self.submit_job)
         return store
 
     def queue_names(self) -> list[str]:

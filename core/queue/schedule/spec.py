@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import re
+import string
 from collections import deque
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
@@ -24,7 +25,7 @@ from cronsim import CronSim, CronSimError
 
 from core.queue.errors import InvalidInput
 from core.queue.keys import validate_id
-from core.queue.produce import DEFAULT_OPTIONS
+from core.queue.options import DEFAULT_OPTIONS
 
 MISSED = ("latest", "all", "none")
 OVERLAP = ("skip", "allow")
@@ -39,7 +40,7 @@ MAX_SPEC_BYTES = 1_000_000
 TASK_OPTIONS = tuple(DEFAULT_OPTIONS)  # a schedule's request options: submit()'s
 TEMPLATE_FIELDS = ("date", "time", "datetime", "slot", "year", "month", "day", "hour", "minute")
 JOB_TEMPLATED = ("input", "output")
-_EVERY = re.compile(r"(\d+)\s*([smhdw])", re.IGNORECASE)
+_EVERY = re.compile(r"([0-9]+)\s*([smhdw])", re.IGNORECASE)  # ASCII digits only
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
 
 
@@ -53,7 +54,7 @@ def parse_every(text: str | int) -> int:
         seconds = text
     else:
         raw = str(text).strip().replace(" ", "")
-        if raw.isdigit():
+        if raw.isascii() and raw.isdigit():  # "²".isdigit() is true, and int() refuses it
             seconds = int(raw)
         else:
             parts = _EVERY.findall(raw)
@@ -110,15 +111,25 @@ def parse_time(text: str, tz: str = "UTC") -> int:
 LATEST_MS = int(datetime(9000, 1, 1, tzinfo=ZoneInfo("UTC")).timestamp() * 1000)
 
 
+CRON_FIELDS = "minute hour day-of-month month day-of-week"
+
+
 def check_cron(expr: str) -> str:
-    """`expr` if it is a 5-field cron expression cronsim reads; else InvalidSchedule."""
+    """`expr` if it is a 5-field cron expression cronsim reads; else InvalidSchedule. Five
+    fields exactly: cronsim would also read six (seconds first), every field then shifted."""
     expr = " ".join(str(expr).split())
+    fields = len(expr.split())
+    if fields != 5:
+        raise InvalidSchedule(
+            f"bad cron expression {expr[:200]!r}: it has {fields} field"
+            f"{'' if fields == 1 else 's'}; a cron expression has five fields: {CRON_FIELDS}, "
+            "such as '30 2 * * *' (no seconds field)")
     try:
         CronSim(expr, datetime(2000, 1, 1, tzinfo=ZoneInfo("UTC")))
     except CronSimError as exc:
         raise InvalidSchedule(
-            f"bad cron expression {expr!r}: {exc} (five fields: minute hour day-of-month "
-            "month day-of-week, such as '30 2 * * *')") from exc
+            f"bad cron expression {expr!r}: {exc} (five fields: {CRON_FIELDS}, such as "
+            "'30 2 * * *')") from exc
     try:
         next(CronSim(expr, datetime(2000, 1, 1, tzinfo=ZoneInfo("UTC"))))
     except StopIteration as exc:
@@ -209,9 +220,9 @@ class Schedule:
         if self.job is not None:
             if self.tasks:
                 raise InvalidSchedule("a data job schedule takes no task payloads")
-            self.job_spec(0)  # templates and fields checked on a sample slot
+            self.job_fields(0)  # templates checked on a sample slot
             return
-        from core.queue.produce import RequestOptions, _options, task_list
+        from core.queue.options import RequestOptions, _options, task_list
 
         validate_id(self.handler, "handler")
         tasks = task_list(self.tasks)
@@ -358,14 +369,15 @@ class Schedule:
             "hour": dt.strftime("%H"), "minute": dt.strftime("%M"),
         }
 
-    def job_spec(self, slot_ms: int, rid: str | None = None) -> Any:
-        """The data job (core.pipeline JobSpec) of slot `slot_ms`, its paths templated."""
-        from core.pipeline.spec import JobSpec
-
+    def job_fields(self, slot_ms: int, rid: str | None = None) -> dict[str, Any]:
+        """The data job of slot `slot_ms`: its fields as a data job's spec takes them
+        (core.pipeline.submission.scheduled_job checks them), its paths templated, its id the
+        slot's request id."""
         assert self.job is not None
         values = self.template_values(slot_ms)
         job = dict(self.job)
         job.pop("job_id", None)
+        job.setdefault("format", "")  # as `datajob submit`: the input's name says it
         for key in JOB_TEMPLATED:
             if isinstance(job.get(key), str):
                 try:
@@ -374,10 +386,18 @@ class Schedule:
                     raise InvalidSchedule(
                         f"data job {key} {job[key]!r}: bad template ({exc}); it may use "
                         f"{', '.join('{' + f + '}' for f in TEMPLATE_FIELDS)}") from None
-        try:
-            return JobSpec.from_dict({**job, "job_id": rid or self.request_id(slot_ms)})
-        except TypeError as exc:
-            raise InvalidSchedule(f"bad data job spec: {exc}") from None
+        return {**job, "job_id": rid or self.request_id(slot_ms)}
+
+
+def is_templated(text: object) -> bool:
+    """Whether a data job's path uses a template field (`{date}`), so that it differs from
+    one run to the next."""
+    if not isinstance(text, str):
+        return False
+    try:
+        return any(field is not None for _, field, _, _ in string.Formatter().parse(text))
+    except ValueError:  # a lone brace: not a template (job_fields says so)
+        return False
 
 
 def cron_words(expr: str) -> str:

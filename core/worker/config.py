@@ -1,0 +1,60 @@
+"""How one worker process runs (WorkerConfig), and the times its parts share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from core.queue import RedisReplyError, RedisUnavailable
+from core.queue.keys import validate_id
+
+from .heartbeat import default_name
+
+FAST_BATCH_S = 0.002  # a batch this quick per task may grow
+SLOW_TASK_S = 0.05  # a task this slow sends the batch back to one
+# Redis unreachable or answering with an error for now: log once, back off, carry on.
+PASSING = (RedisUnavailable, RedisReplyError)
+ACK_FLUSH_S = 0.02  # a finished task's ack waits at most this long for the rest of its batch
+READY_POLL_S = 0.5  # how often a waiting worker asks its handlers' readiness checks again
+STARTUP_GRACE_S = 60.0  # waiting this long at start for a service is worth a warning
+# Once the grace is over (or a second signal came), running handlers are told to stop at their
+# next ctx.check() and given this long to return; their tasks go back only once they have. One
+# that has not returned by then ends with the process, its lease still held: it expires, or the
+# stack's supervisor reclaims it when it sees the process exit. Never two runs at once.
+STOP_WAIT_S = 2.0
+
+
+@dataclass
+class WorkerConfig:
+    """How one worker process runs. Times are seconds."""
+
+    name: str = field(default_factory=default_name)
+    slots: int = 1
+    prefetch: int = 64
+    dead_after: float = 10.0
+    grace: float = 30.0
+    burst: bool = False
+    max_tasks: int | None = None
+    idle_wait: float = 1.0
+    time_limit: float | None = None  # hard limit per task run (s); a handler's own wins
+    heartbeat: str = "process"  # "process": renewals survive a handler holding the GIL
+
+    def __post_init__(self) -> None:
+        validate_id(self.name, "worker name")
+        if self.slots < 1:
+            raise ValueError("slots must be at least 1")
+        if not 1 <= self.prefetch <= 1000:
+            raise ValueError("prefetch must be between 1 and 1000")
+        if not 0.5 <= self.dead_after <= 3600:
+            raise ValueError("dead_after must be between 0.5 and 3600 seconds")
+        if self.grace < 0:
+            raise ValueError("grace must not be negative")
+        if self.max_tasks is not None and self.max_tasks < 1:
+            raise ValueError("max_tasks must be at least 1")
+        if self.time_limit is not None and not self.time_limit > 0:
+            raise ValueError("time_limit must be a positive number of seconds")
+        if self.heartbeat not in ("process", "thread"):
+            raise ValueError("heartbeat must be 'process' or 'thread'")
+
+    @property
+    def lease_ms(self) -> int:
+        return int(self.dead_after * 1000)

@@ -1,0 +1,95 @@
+"""A command-line tool answers at once (STYLE.md): a command imports what it uses, when it
+uses it. `submit` and `queuestat`, run for real, never import the data pipeline or sqlglot
+(nor the console's views, which Django's system checks would import through the URLconf);
+no command's `--help` imports a heavy module. Each runs in a fresh interpreter with
+`python -X importtime`, which lists every module imported, so a top-level import added to any
+module on a command's way fails here."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.core.management import get_commands
+
+from core.queue import Queue, handlers
+from core.stack.redis_server import RedisServer
+
+ROOT = Path(__file__).resolve().parents[2]
+IMPORTED = re.compile(r"^import time:\s+\d+ \|\s+\d+ \|\s*(\S+)$", re.M)
+# What only a data job's checks (sqlglot, file metadata), its Spark, the console's pages or the
+# HTTP API (django-ninja and pydantic: the URLconf's, not an installed app) need.
+HEAVY = ("core.pipeline", "sqlglot", "pandas", "pyarrow", "numpy", "pyspark", "core.views",
+         "ninja", "pydantic")
+
+
+def imported(args: list[str], **env: str) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+    """Run `manage.py ARGS`; the process, and every module it imported."""
+    base = {k: v for k, v in os.environ.items()
+            if k not in ("REDIS_URL", "QUEUE_PREFIX", "PYTHONIMPORTTIME")}
+    done = subprocess.run([sys.executable, "-X", "importtime", "manage.py", *args], cwd=ROOT,
+                          env={**base, **env}, capture_output=True, text=True, timeout=120)
+    return done, set(IMPORTED.findall(done.stderr))
+
+
+def heavy(modules: set[str], *, allowed: frozenset[str] = frozenset()) -> list[str]:
+    return sorted(m for m in modules - allowed
+                  if any(m == h or m.startswith(f"{h}.") for h in HEAVY))
+
+
+def test_imported_reads_what_a_command_imports() -> None:
+    """The probe itself: a command that uses the pipeline is seen to import it."""
+    done, modules = imported(["datajob", "submit", "--input", "/nonexistent/x.csv", "--sql",
+                              "SELECT * FROM chunk", "--output", "/nonexistent/out"])
+    assert done.returncode == 2, done.stderr
+    assert {"core.pipeline.submission", "sqlglot", "django", "core.cli.datajob"} <= modules
+
+
+def test_submit_imports_neither_the_pipeline_nor_sqlglot(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    handlers.announce(Queue.from_url(redis_server.url, "default", prefix=prefix), "w1", ["noop"])
+
+    done, modules = imported(["submit", '{"n": 1}', "--handler", "noop", "--request-id", "s1"],
+                             REDIS_URL=redis_server.url, QUEUE_PREFIX=prefix)
+
+    assert (done.returncode, done.stdout) == (0, "s1\n"), done.stderr
+    assert heavy(modules) == []
+    assert not any(m.startswith("rich") for m in modules)  # the progress bar is --wait's
+
+
+def test_queuestat_imports_neither_the_pipeline_nor_sqlglot(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    done, modules = imported(["queuestat"], REDIS_URL=redis_server.url, QUEUE_PREFIX=prefix)
+
+    assert done.returncode == 0, done.stderr
+    assert "queue stats" in done.stdout
+    assert heavy(modules) == []
+
+
+COMMANDS = sorted(name for name, app in get_commands().items() if app == "core")
+
+
+def test_every_command_of_the_project_is_covered() -> None:
+    assert {"submit", "queuestat", "datajob", "runworker", "runstack", "schedule"} <= set(
+        COMMANDS)
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_commands_help_imports_nothing_heavy(command: str) -> None:
+    args = [command, "submit", "--help"] if command == "datajob" else [command, "--help"]
+    done, modules = imported(args)
+
+    assert done.returncode == 0, done.stderr
+    assert "usage:" in done.stdout
+    # A data job's command may name its defaults (core.pipeline.jobs: no sqlglot, no Spark).
+    allowed = frozenset({"core.pipeline", "core.pipeline.jobs", "core.pipeline.spec",
+                         "core.pipeline.errors", "core.pipeline.unique_output",
+                         "core.pipeline.reports"}
+                        if command == "datajob" else ())
+    assert heavy(modules, allowed=allowed) == []
