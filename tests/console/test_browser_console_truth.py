@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from core.queue import read
+from core.stack.supervisor import WORKER_SLOTS
 from tests.browser_support import (
     PASSWORD,
     ROOT,
@@ -166,11 +167,19 @@ def test_the_workers_table_fits_and_a_stopped_worker_stays_listed(
          "ip-10-0-12-34-98765-worker-12.3", "--slots", "2"],
         cwd=ROOT, env=stack.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     rid = "d2c1f0e9b8a7463f9e8d7c6b5a493827"
+    name = "ip-10-0-12-34-98765-worker-12.3"
     try:
-        q.submit([{"done": 12, "total": 40}] * 4, handler="reports", request_id=rid,
-                 concurrency=4)
-        until(lambda: int(q.redis.hget(q.keys.request(rid), "leased") or 0) == 4, 60,
-              "both workers to run its tasks")
+        until(lambda: read.worker(q, name) is not None, 60, "the second worker to register")
+        # As many tasks as both workers have slots: the stack's worker cannot take them all.
+        tasks = WORKER_SLOTS + 2
+        q.submit([{"done": 12, "total": 40}] * tasks, handler="reports", request_id=rid,
+                 concurrency=tasks)
+
+        def extra_runs_one() -> bool:
+            info = read.worker(q, name)
+            return info is not None and bool(info.info.get("tasks"))
+
+        until(extra_runs_one, 60, "the second worker to report a task of the request")
         page = narrow
         page.goto(stack.url("/workers/?queue=default"))
         extra_row = page.locator("#worker-ip-10-0-12-34-98765-worker-12\\.3")
