@@ -130,9 +130,11 @@ class TaskContext:
 
     @property
     def stopping(self) -> bool:
-        """Whether this run is to stop at its next checkpoint (cancelled, lease lost, or the
-        worker's grace over): what a handler that waits on something else polls."""
-        return self.cancelled or self.lost or self.interrupted
+        """Whether this run is to stop at its next checkpoint (cancelled, lease lost, failed by
+        the heartbeat for running past its time limit, or the worker's grace over): what a
+        handler that waits on something else polls, and what cancels a data job's Spark query
+        (step.py)."""
+        return self.cancelled or self.lost or self.interrupted or self.timed_out
 
     def check(self) -> None:
         """A checkpoint for long handlers: raises Cancelled if the request was cancelled,

@@ -18,7 +18,7 @@ import core.worker.builtins  # noqa: F401  (registers noop)
 import tests.handlers  # noqa: F401  (registers tracked, gil_sleep)
 from core.queue import Queue, read
 from core.stack.redis_server import start_redis
-from core.worker import Worker, WorkerConfig, runtime
+from core.worker import Worker, WorkerConfig, handler, runtime
 from core.worker.beat import ProcessBeater, ThreadBeater
 from core.worker.context import TaskContext
 from core.worker.held import Held
@@ -320,6 +320,51 @@ def test_a_task_started_while_a_beat_is_under_way_keeps_its_time_limit(
         assert live_queue.wait("r", timeout=6) == "failed"
         [letter] = read.dead_letters(live_queue)
         assert letter.error.startswith("TimeLimitExceeded") and "1s" in letter.error
+    finally:
+        worker.stop(hard=True)
+        t.join(15)
+
+
+@handler("polls_stopping")
+def polls_stopping(payload: dict[str, Any], ctx: TaskContext) -> str:
+    """Waits on "something else" (as a data job waits on its Spark query, whose watcher
+    cancels it when ctx.stopping says so) for payload["s"] seconds, or until it should stop."""
+    ends = time.monotonic() + payload["s"]
+    while time.monotonic() < ends:
+        if ctx.stopping:
+            STOPPED_BY.append(time.monotonic())
+            return "stopped"
+        time.sleep(0.02)
+    return "ran to its end"
+
+
+STOPPED_BY: list[float] = []
+
+
+@pytest.mark.parametrize("mode", ["process", "thread"])
+def test_a_run_past_its_time_limit_is_told_to_stop_as_a_cancelled_one_is(
+    live_queue: Queue, mode: str
+) -> None:
+    """A handler that waits on something else (a data job on its Spark query) polls
+    ctx.stopping: a run the heartbeat failed for passing its time limit is told to stop, in
+    both heartbeat modes (at once since ctx.stopping reads `timed_out`; before, a beat later,
+    when the failed task's renewal came back refused and set `lost`)."""
+    STOPPED_BY.clear()
+    worker = Worker([live_queue], WorkerConfig(name="w", dead_after=2, time_limit=1,
+                                               idle_wait=0.05, heartbeat=mode))
+    t = _run_in_thread(worker)
+    try:
+        live_queue.submit([{"s": 30}], request_id="r", handler="polls_stopping",
+                          max_attempts=1)
+        started = time.monotonic()
+        assert live_queue.wait("r", timeout=20) == "failed"
+        [letter] = read.dead_letters(live_queue)
+        assert letter.error.startswith("TimeLimitExceeded")
+        # The handler saw it within a few polls of the limit, not at its 30 s end.
+        deadline = time.monotonic() + 10
+        while not STOPPED_BY and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert STOPPED_BY and STOPPED_BY[0] - started < 5
     finally:
         worker.stop(hard=True)
         t.join(15)
