@@ -85,7 +85,7 @@ def describe(rule: AlertRule) -> str:
         parts.append(f"for {format_duration(rule.for_s)}")
     parts.append(f"quiet {format_duration(rule.quiet_s)}")
     parts.append(f"at most {rule.max_per_hour}/h")
-    parts.append("to " + ", ".join(ch.name for ch in rule.channels.all()))
+    parts.append("to " + ", ".join(sorted(ch.name for ch in rule.channels.all())))
     if not rule.enabled:
         parts.append("(disabled)")
     return "; ".join(parts)

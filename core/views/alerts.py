@@ -35,7 +35,8 @@ CHANNEL_ACTIONS = ("test", "remove")
 def _context(**extra: Any) -> dict[str, Any]:
     got = ops.listing()
     rules = [{"rule": r, "threshold": _threshold(r), "for": format_duration(r.for_s),
-              "quiet": format_duration(r.quiet_s), "channels": [c.name for c in r.channels.all()]}
+              "quiet": format_duration(r.quiet_s),
+              "channels": sorted(c.name for c in r.channels.all())}  # any order in the database
              for r in got.rules]
     return {"listing": got, "rules": rules, "conditions": CONDITIONS.values(),
             "kinds": CHANNEL_KINDS, "rule_form": {"max_per_hour": ""},
