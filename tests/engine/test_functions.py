@@ -111,6 +111,12 @@ def test_every_operation_is_in_the_engine_library() -> None:
     assert lib.text.count("local function begin(keys)") == 1
 
 
+def test_the_engines_lua_files_include_what_they_use_and_only_that() -> None:
+    """The check a process's start leaves out (library() builds without it), on lua/ itself:
+    built with it, the library is the same one."""
+    assert build() == library()
+
+
 def libraries(client: redis.Redis) -> dict[str, set[str]]:
     """FUNCTION LIST as library name -> its function names (RESP2 replies are flat lists)."""
     out = {}
