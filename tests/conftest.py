@@ -398,3 +398,21 @@ def cluster_layout(redis_cluster: RedisCluster) -> ClusterLayout:
         home, owners[other]
     }
     return ClusterLayout(bystander, ("default", other), owners)
+
+
+@pytest.fixture
+def spans() -> Iterator[Any]:
+    """Tracing on for the test, its spans kept in memory: an InMemorySpanExporter (the SDK is
+    imported here only: most of the suite never loads it)."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from core import tracing
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.enable(provider)
+    yield exporter
+    tracing.disable()

@@ -7,14 +7,11 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from django.core.management import call_command
 from django.test import Client
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
@@ -34,16 +31,6 @@ TP = f"00-{TRACE}-b7ad6b7169203331-01"
 @pytest.fixture
 def api_operator(db: Any) -> Caller:
     return token_for("otto", "operator", "operate")
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracing.enable(provider)
-    yield exporter
-    tracing.disable()
 
 
 def trace_row(viewer: Client, rid: str) -> str:

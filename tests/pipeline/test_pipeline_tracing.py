@@ -3,14 +3,11 @@ chunk and its combine under their runs, all one trace, each tagged for Spark wit
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from core import tracing
@@ -18,16 +15,6 @@ from core.queue import Queue
 from tests.pipeline_support import run_job, spec_for
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracing.enable(provider)
-    yield exporter
-    tracing.disable()
 
 
 def test_a_data_jobs_split_chunks_and_combine_are_spans_of_one_trace_tagged_for_spark(
