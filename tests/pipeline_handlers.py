@@ -31,3 +31,15 @@ def hold(chunk: Any) -> Any:
         return i
 
     return chunk.withColumn("id", held("id"))
+
+
+@transform("pipeline_test_hold_agg")
+def hold_agg(chunk: Any) -> Any:
+    """An aggregate over hold()'s rows, held mid-query the same way: a small job that runs in
+    one step. (A cross join that runs for hours was used before: Spark's task kill is
+    cooperative and its codegen loops never look, so the cancelled query kept the run's
+    shared test server's two cores after the test, and every later query there waited.)"""
+    from pyspark.sql import functions as F
+
+    # max(id): the held column must be read (a count would let Spark leave the UDF out).
+    return hold(chunk).groupBy("carrier").agg(F.max("id").alias("n"))
