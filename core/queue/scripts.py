@@ -194,7 +194,7 @@ def build(names: Sequence[str] = SCRIPT_NAMES, read: Callable[[str], str] = _rea
     that nothing includes is caught too. Raises LookupError for a missing helper file,
     ValueError for an include cycle, a helper a file uses without including it or includes
     without using it, or helpers that do not define begin() and finish(). `check=False`
-    leaves out the include check (a lint of lua/'s files, 75 ms of pure Python: the tests run
+    leaves out the include check (a lint of lua/'s files, ~30 ms of pure Python: the tests run
     it; a process's start does not)."""
     includes = _Includes(read)
     bodies: list[tuple[str, str, list[str]]] = []
