@@ -40,12 +40,22 @@ def wait_for(cond: Callable[[], Any], what: str, timeout: float = 60) -> Any:
 
 
 @pytest.fixture
-def held_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+def holding(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The hold file of tests.pipeline_handlers' transforms (the spawned workers get the
+    folder), taken away at the test's end whatever came of it: a held UDF then returns at
+    once, and the run's Spark server has its cores back for the next test."""
+    monkeypatch.setenv("QA_TEST_HOLD_DIR", str(tmp_path))
+    hold = tmp_path / "hold"
+    hold.touch()
+    yield hold
+    hold.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def held_job(tmp_path: Path, holding: Path) -> Any:
     """A 3-chunk job whose chunk holding id 123 (chunk 1) waits in a Python UDF on the Spark
     server while tmp_path/hold exists (the transform reads the folder when the worker builds
     the chunk's plan: the env var reaches the spawned workers)."""
-    monkeypatch.setenv("QA_TEST_HOLD_DIR", str(tmp_path))
-    (tmp_path / "hold").touch()
     df = flights(300)
     data = tmp_path / "in.parquet"
     df.to_parquet(data, index=False, row_group_size=100)
@@ -233,16 +243,19 @@ def test_a_dead_spark_server_gives_the_chunk_back_and_the_workers_wait_for_it(
     assert worker.wait(30) == 0
 
 
-@pytest.fixture
-def holding(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """The hold file of tests.pipeline_handlers' transforms (the spawned workers get the
-    folder), taken away at the test's end whatever came of it: a held UDF then returns at
-    once, and the run's Spark server has its cores back for the next test."""
-    monkeypatch.setenv("QA_TEST_HOLD_DIR", str(tmp_path))
-    hold = tmp_path / "hold"
-    hold.touch()
-    yield hold
-    hold.unlink(missing_ok=True)
+def cancel_and_see_it_stop(q: Queue, spec: Any, worker: subprocess.Popen[bytes], log: Path,
+                           what: str) -> None:
+    """Cancel the job: its running task stops within 20 s, the job reads cancelled, no
+    output is put in place; then the worker stops cleanly."""
+    cancelled_at = time.monotonic()
+    q.cancel(spec.job_id)
+    wait_for(lambda: "task stopped: request cancelled" in log.read_text(), f"{what} to stop",
+             20)
+    assert time.monotonic() - cancelled_at < 20
+    assert jobs.status(q, spec.job_id).state == "cancelled"
+    assert not Path(spec.output).exists()
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(30) == 0
 
 
 HELD_COMBINE = "SELECT carrier, max(n) AS n FROM parts GROUP BY carrier"
@@ -274,15 +287,7 @@ def test_cancel_stops_a_chunk_whose_result_comes_back_to_its_worker(
              "the chunk to run")
     time.sleep(2)  # well into its Spark job (150^5 rows: hours)
     assert not list(spec.part_dir(0).parent.iterdir())  # no part being written by Spark
-    cancelled_at = time.monotonic()
-    live_queue.cancel(spec.job_id)
-    wait_for(lambda: "task stopped: request cancelled" in (tmp_path / "w1.log").read_text(),
-             "the chunk to stop", 20)
-    assert time.monotonic() - cancelled_at < 20
-    assert jobs.status(live_queue, spec.job_id).state == "cancelled"
-    assert not Path(spec.output).exists()
-    worker.send_signal(signal.SIGTERM)
-    assert worker.wait(30) == 0
+    cancel_and_see_it_stop(live_queue, spec, worker, tmp_path / "w1.log", "the chunk")
 
 
 def test_cancel_stops_a_small_job_running_in_one_step(
@@ -300,12 +305,4 @@ def test_cancel_stops_a_small_job_running_in_one_step(
     wait_for(lambda: (tmp_path / "running").exists(), "the one step to be held in its query")
     assert leased(live_queue, spec.job_id) and spec.staging.is_dir()
     assert jobs.records(live_queue).get(spec.job_id, "chunks") == "1"
-    cancelled_at = time.monotonic()
-    live_queue.cancel(spec.job_id)
-    wait_for(lambda: "task stopped: request cancelled" in (tmp_path / "w2.log").read_text(),
-             "the one step to stop", 20)
-    assert time.monotonic() - cancelled_at < 20
-    assert jobs.status(live_queue, spec.job_id).state == "cancelled"
-    assert not Path(spec.output).exists()
-    worker.send_signal(signal.SIGTERM)
-    assert worker.wait(30) == 0
+    cancel_and_see_it_stop(live_queue, spec, worker, tmp_path / "w2.log", "the one step")
