@@ -148,6 +148,21 @@ def _env_int(name: str, default: int) -> int:
         raise ImproperlyConfigured(f"{name} must be a whole number, not {value!r}") from None
 
 
+def _env_seconds(name: str, default: float, least: float) -> float:
+    """Seconds from the environment, at least `least`; anything else names its variable."""
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = float("nan")
+    if not least <= seconds < float("inf"):  # NaN too
+        raise ImproperlyConfigured(
+            f"{name} must be a number of seconds, at least {least:g}, not {value!r}")
+    return seconds
+
+
 def _stored_secret_key(path: Path) -> str:
     """The key kept in `path`, created on first use (in a directory only its owner may enter,
     when it makes it). Written to a temporary file and linked into place, so concurrent first
@@ -356,6 +371,8 @@ TRUST_X_FORWARDED_FOR = _env_flag("QA_TRUST_X_FORWARDED_FOR")
 # The console.
 METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
 CONSOLE_CACHE_S = float(os.environ.get("QA_CONSOLE_CACHE_S") or "1")
+# How often a page's live part asks again (htmx polling, while the tab is visible).
+CONSOLE_POLL_S = _env_seconds("QA_CONSOLE_POLL_S", 3, 0.5)
 # The HTTP API (core/api, docs/api.md).
 API_RATE_PER_MIN = _env_int("QA_API_RATE_PER_MIN", 600)
 API_WAIT_MAX_S = float(os.environ.get("QA_API_WAIT_MAX_S") or "20")

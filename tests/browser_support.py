@@ -78,7 +78,10 @@ def running_stack(var_dir: Path, extra_env: dict[str, str] | None = None, *,
     env |= {
         "PORT": str(port), "HOST": "127.0.0.1", "QA_VAR_DIR": str(var_dir),
         "QA_REDIS_PORT": str(redis_port), "QA_ADMIN_PASSWORD": PASSWORD,
-        "PYTHONUNBUFFERED": "1", **spark, **(extra_env or {}),
+        "PYTHONUNBUFFERED": "1", **spark,
+        # Pages refresh their live part every second, not every 3: a test that waits for a
+        # change to show waits a third as long.
+        "QA_CONSOLE_POLL_S": "1", **(extra_env or {}),
     }
     seed_sample(var_dir)  # as an earlier start left them: the stack starts seconds sooner
     seed_database(var_dir)

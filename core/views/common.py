@@ -9,6 +9,7 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any, ParamSpec
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
@@ -25,7 +26,6 @@ from core.queue import Queue
 P = ParamSpec("P")
 PERMISSION = "core.view_console"
 LIVE_TARGET = "live"  # id of the element a page's polling replaces
-POLL_S = 3
 
 
 def console_page(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
@@ -64,7 +64,7 @@ def page(
         "summary": context["summary"] if "summary" in context else summary(queue),
         "nav": nav,
         "live": live,
-        "poll_s": POLL_S,
+        "poll_s": f"{settings.CONSOLE_POLL_S:g}",  # QA_CONSOLE_POLL_S
         "now_ms": int(time.time() * 1000),
         **context,
     }

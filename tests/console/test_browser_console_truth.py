@@ -183,9 +183,10 @@ def test_the_workers_table_fits_and_a_stopped_worker_stays_listed(
         page = narrow
         page.goto(stack.url("/workers/?queue=default"))
         extra_row = page.locator("#worker-ip-10-0-12-34-98765-worker-12\\.3")
-        # Both rows list their tasks with their progress (the page polls every 3 s; the second
-        # worker's heartbeat, a process of its own, may be slow to come on a loaded machine: 15 s
-        # ran out twice in full runs of the suite, where the test passes alone in 8 s).
+        # Both rows list their tasks with their progress (the page polls every second here; the
+        # second worker's heartbeat, a process of its own, may be slow to come on a loaded
+        # machine: 15 s ran out twice in full runs of the suite, where the test passes alone in
+        # 8 s).
         extra_row.locator(".slot-progress").first.wait_for(timeout=60_000)
         box = page.locator("#workers-box")
         client, scroll = box.evaluate("b => [b.clientWidth, b.scrollWidth]")

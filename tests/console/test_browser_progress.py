@@ -34,7 +34,7 @@ def test_the_request_page_follows_a_tasks_progress_and_log_live(
     page.goto(stack.url(f"/requests/default/{rid}/"))
     page.evaluate("window.__notReloaded = true")
     bar = page.locator("#task-progress tr[data-running] .task-progress")
-    # The first report arrives while the page polls (every 3 s): no reload.
+    # The first report arrives while the page polls (every second here): no reload.
     page.locator('#task-progress tr[data-running] .task-progress[data-done="0"]').wait_for(
         timeout=30_000)
     row = page.locator("#task-progress tr[data-running]")

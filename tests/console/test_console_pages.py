@@ -132,6 +132,15 @@ def test_requests_pages_by_keyset(viewer: Client, console: Queue, db: Any) -> No
     assert sorted(seen) == [f"r{i:03d}" for i in range(120)]
 
 
+def test_a_live_page_polls_at_the_interval_set(viewer: Client, seeded: Seeded,
+                                                settings: Any) -> None:
+    html = viewer.get("/").content.decode()
+    assert 'hx-trigger="every 3s"' in html and "every 3 seconds" in html  # the default
+    settings.CONSOLE_POLL_S = 1.5  # QA_CONSOLE_POLL_S=1.5
+    html = viewer.get(f"/requests/default/{seeded.running}/").content.decode()
+    assert 'hx-trigger="every 1.5s"' in html and "updating every 1.5 s" in html
+
+
 def test_request_detail_shows_pending_timeline_letters_and_payloads(
     viewer: Client, seeded: Seeded
 ) -> None:

@@ -104,6 +104,16 @@ def test_settings_that_cannot_be_loaded_are_one_line_and_exit_2(tmp_path: Path) 
     assert not (tmp_path / "var").exists()
 
 
+@pytest.mark.parametrize("value", ["0.1", "fast", "nan", "inf"])
+def test_a_console_poll_interval_that_is_not_seconds_is_refused(tmp_path: Path,
+                                                                  value: str) -> None:
+    done = runstack(tmp_path / "var", QA_CONSOLE_POLL_S=value)
+
+    assert done.returncode == 2
+    assert one_line(done.stderr) == ("manage.py: error: QA_CONSOLE_POLL_S must be a number of "
+                                     f"seconds, at least 0.5, not '{value}'")
+
+
 def test_installed_and_run_from_the_root_it_refuses_in_one_line(tmp_path: Path) -> None:
     """Installed (no checkout around the package) and started from / (a service manager's
     default), the default data directory would be the system's /var: refused in one line,
