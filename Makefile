@@ -38,6 +38,15 @@ $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $@
 
+# A class archive for the suite's Spark JVMs (core/pipeline/classes.py; tests/conftest.py
+# hands it to them): each of the dozens the suite starts listens in about half the time.
+# Made again with the packages (Spark's jars may have changed), beside lint, whose mypy keeps
+# one core busy; without Java, a warning, and the tests' JVMs start without it.
+CLASSES := $(VENV)/spark-classes.jsa
+$(CLASSES): $(STAMP)
+	@$(PY) manage.py sparkclasses --out $@ \
+	  || echo "warning: no Spark class archive; the tests' Spark starts without it" >&2
+
 # redis-server (and redis-cli) for the queue and the tests; a JDK for PySpark and for compiling
 # the project's small Spark reader (core/pipeline/jvm); Chromium for the browser tests
 # (Playwright drives Debian's build: never `playwright install`).
@@ -87,7 +96,8 @@ define pytest_postgres
 	fi
 endef
 
-test: system-deps install lint
+test: system-deps install
+	@$(MAKE) --no-print-directory -j2 lint $(CLASSES)
 	$(call pytest,)
 	$(call pytest_postgres,django_db and not spark)
 

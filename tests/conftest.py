@@ -81,6 +81,28 @@ def data_roots(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 @pytest.fixture(scope="session", autouse=True)
+def spark_classes() -> Iterator[Path | None]:
+    """The suite's Spark JVMs (its Connect servers, its stacks' servers, the workers' classic
+    sessions) map the class archive `make test` made beside the virtualenv's PySpark (Makefile,
+    CLASSES): each starts in about half the time. Without one (pytest run by hand before any
+    `make test`), or with QA_SPARK_CLASSES set, they start as that says."""
+    import sys
+
+    from django.conf import settings
+
+    archive = Path(sys.prefix) / "spark-classes.jsa"
+    if "QA_SPARK_CLASSES" in os.environ or not archive.is_file():
+        yield settings.SPARK_CLASS_ARCHIVE
+        return
+    saved = settings.SPARK_CLASS_ARCHIVE
+    settings.SPARK_CLASS_ARCHIVE = archive
+    os.environ["QA_SPARK_CLASSES"] = str(archive)  # the processes the tests start
+    yield archive
+    settings.SPARK_CLASS_ARCHIVE = saved
+    os.environ.pop("QA_SPARK_CLASSES", None)
+
+
+@pytest.fixture(scope="session", autouse=True)
 def fast_password_hashing() -> Iterator[None]:
     """Passwords set in the test process are hashed with MD5, not PBKDF2's million rounds
     (0.25 s of CPU a password here, paid by every test that makes a user with one, such as
@@ -316,14 +338,14 @@ def connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
     from django.conf import settings
 
-    from core.pipeline import jvm, server
+    from core.pipeline import classes, jvm, server
     from core.procs import free_port, wait_listening
     from tests.pipeline_support import TEST_JAVA_OPTIONS, jar_dir
 
     work = tmp_path_factory.mktemp("spark-connect")
     config = server.ServerConfig(
         port=free_port(), local_dir=work / "local", memory="1g",
-        jar=jvm.ensure_jar(jar_dir()), cores="2",
+        jar=jvm.ensure_jar(jar_dir()), cores="2", class_archive=classes.usable(),
         conf=(("spark.sql.shuffle.partitions", "1"),
               # small, so that a test can have a chunk's result refused (test_pipeline_reads)
               ("spark.driver.maxResultSize", RESULT_LIMIT),

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .classes import java_option
 from .spark_target import LOG4J, parse_conf  # imports no PySpark
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -48,6 +49,7 @@ class ServerConfig:
     cores: str = "*"
     ui: bool = False
     conf: tuple[tuple[str, str], ...] = ()
+    class_archive: Path | None = None  # the JVM's classes mapped from it (classes.py)
 
     @property
     def url(self) -> str:
@@ -58,10 +60,12 @@ def settings_config(var_dir: Path) -> ServerConfig:
     """The server of the stack whose data folder is `var_dir` (Django settings)."""
     from django.conf import settings
 
+    from .classes import usable
+
     return ServerConfig(
         port=int(settings.SPARK_CONNECT_PORT), local_dir=var_dir / "spark" / "connect",
         memory=settings.SPARK_MEMORY, ui=bool(settings.SPARK_UI),
-        conf=parse_conf(settings.SPARK_CONF),
+        conf=parse_conf(settings.SPARK_CONF), class_archive=usable(),
     )
 
 
@@ -97,8 +101,11 @@ def server_conf(config: ServerConfig) -> dict[str, str]:
         "spark.connect.execute.manager.maintenanceInterval": "5s",
         # An idle JVM gives its unused heap back (G1's periodic collection, down to a small
         # minimum): after a job the heap stood at 464 MB committed for 130 MB used.
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J} -Xms64m "
-        "-XX:G1PeriodicGCInterval=15000 -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30",
+        "spark.driver.extraJavaOptions": " ".join(filter(None, (
+            f"-Dlog4j2.configurationFile={LOG4J} -Xms64m -XX:G1PeriodicGCInterval=15000 "
+            "-XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30",
+            # its classes mapped from the archive `manage.py sparkclasses` made (classes.py)
+            java_option(config.class_archive)))),
     }
     if config.jar is not None:
         conf["spark.jars"] = str(config.jar)

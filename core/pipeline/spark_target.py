@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from .classes import java_option
 from .errors import PipelineError
 
 LOG4J = Path(__file__).with_name("log4j2.properties")
@@ -35,6 +36,7 @@ class SparkTarget:
     shuffle_partitions: int = 0  # 0: default_shuffle_partitions(master)
     ui: bool = False
     conf: tuple[tuple[str, str], ...] = ()  # more settings (SPARK_CONF), over the defaults
+    class_archive: Path | None = None  # a classic session's JVM maps its classes (classes.py)
 
     @property
     def description(self) -> str:
@@ -48,6 +50,8 @@ def target_from_settings() -> SparkTarget:
     is not a list of spark.* settings."""
     from django.conf import settings
 
+    from .classes import usable
+
     master = getattr(settings, "SPARK_MASTER", "")
     remote = getattr(settings, "SPARK_REMOTE", "")
     return SparkTarget(
@@ -57,6 +61,7 @@ def target_from_settings() -> SparkTarget:
         shuffle_partitions=int(getattr(settings, "SPARK_SHUFFLE_PARTITIONS", 0)),
         ui=bool(getattr(settings, "SPARK_UI", False)),
         conf=parse_conf(getattr(settings, "SPARK_CONF", "")),
+        class_archive=None if remote else usable(),
     )
 
 
@@ -119,7 +124,8 @@ def base_conf(target: SparkTarget, *, app: str, local_dir: Path | None,
         # The pipeline writes its own _SUCCESS, once the whole job's output is in place.
         "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
         "spark.hadoop.parquet.enable.summary-metadata": "false",
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J}",
+        "spark.driver.extraJavaOptions": " ".join(filter(None, (
+            f"-Dlog4j2.configurationFile={LOG4J}", java_option(target.class_archive)))),
     }
     if target.master.startswith("local"):
         conf["spark.driver.bindAddress"] = "127.0.0.1"

@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 import redis
 
+from core.pipeline import classes
 from core.procs import free_port
 from core.queue import Queue
 from tests.pipeline_support import flights
@@ -91,6 +92,9 @@ def spark_connect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "--conf", "spark.ui.enabled=false", "--conf", "spark.driver.host=127.0.0.1",
         "--conf", "spark.sql.shuffle.partitions=1",
         "--conf", f"spark.local.dir={work / 'local'}",
+        # its classes mapped as the embedded server's are (core.pipeline.classes)
+        *(["--conf", f"spark.driver.extraJavaOptions={classes.java_option(archive)}"]
+          if (archive := classes.usable()) else []),
         "spark-internal",
     ], work)
     try:

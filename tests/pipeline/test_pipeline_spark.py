@@ -69,6 +69,40 @@ def test_the_embedded_server_is_fair_quiet_local_and_takes_spark_conf(tmp_path: 
     assert "spark.connect.grpc.binding.port=15999" in argv
 
 
+def test_the_jvms_map_the_class_archive_only_where_one_was_made(
+    tmp_path: Path, settings: Any,
+) -> None:
+    """The embedded server and a classic session's JVM map the archive QA_SPARK_CLASSES names
+    once `manage.py sparkclasses` made it (core.pipeline.classes); with none made, or none
+    named, neither asks for one (a JVM given a missing archive runs without it, silently)."""
+    archive = tmp_path / "spark-classes.jsa"
+    settings.SPARK_CLASS_ARCHIVE = archive
+    settings.SPARK_MASTER, settings.SPARK_REMOTE = "local[2]", ""
+    for made in (False, True):
+        if made:
+            archive.write_bytes(b"made by manage.py sparkclasses")
+        config = server.settings_config(tmp_path)
+        java = server.server_conf(config)["spark.driver.extraJavaOptions"]
+        classic = spark_target.base_conf(spark_target.target_from_settings(), app="t",
+                                         local_dir=None)["spark.driver.extraJavaOptions"]
+        for options in (java, classic):
+            assert (f"-XX:SharedArchiveFile={archive}" in options.split()) is made
+    settings.SPARK_REMOTE = "sc://elsewhere:15002"  # a Connect client starts no JVM
+    assert spark_target.target_from_settings().class_archive is None
+    settings.SPARK_CLASS_ARCHIVE = None  # QA_SPARK_CLASSES unset: the default
+    assert "SharedArchiveFile" not in server.server_conf(
+        server.settings_config(tmp_path))["spark.driver.extraJavaOptions"]
+
+
+def test_sparkclasses_without_a_place_to_write_is_refused(settings: Any) -> None:
+    from django.core.management import CommandError, call_command
+
+    settings.SPARK_CLASS_ARCHIVE = None
+    with pytest.raises(CommandError, match="Give --out PATH, or set QA_SPARK_CLASSES") as caught:
+        call_command("sparkclasses")
+    assert caught.value.returncode == 2
+
+
 def test_the_servers_environment_makes_it_a_server_and_runs_this_python(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 
 import tests.pipeline_handlers  # noqa: F401  (registers the transform for make_spec's check)
-from core.pipeline import jobs, jvm, server
+from core.pipeline import classes, jobs, jvm, server
 from core.pipeline.check import make_spec
 from core.procs import free_port, wait_listening
 from core.queue import Queue, read
@@ -188,7 +188,8 @@ def own_server(tmp_path: Path) -> Iterator[Any]:
     its own; `restart()` starts it again on the same port."""
     config = server.ServerConfig(
         port=free_port(), local_dir=tmp_path / "spark-local", jar=jvm.ensure_jar(jar_dir()),
-        cores="2", conf=(("spark.driver.extraJavaOptions", TEST_JAVA_OPTIONS),))
+        cores="2", conf=(("spark.driver.extraJavaOptions", TEST_JAVA_OPTIONS),),
+        class_archive=classes.usable())
     procs: list[subprocess.Popen[bytes]] = []
 
     def launch() -> subprocess.Popen[bytes]:
