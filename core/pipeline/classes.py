@@ -63,6 +63,7 @@ def build(out: Path, work: Path, *, timeout: float = 180.0) -> float:
     took. ClassArchiveError when it cannot."""
     from . import server
 
+    out = out.absolute()  # the recording JVM runs in `work`
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_name(f".{out.name}.{os.getpid()}.partial")
     partial.unlink(missing_ok=True)

@@ -33,6 +33,7 @@ class Command(QueueadminCommand):
         if out is None:
             raise bad_input("where to? Give --out PATH, or set QA_SPARK_CLASSES to the path "
                             "the Spark JVMs are to map it from")
+        out = out.absolute()
         if options["if_missing"] and out.is_file():
             self.stdout.write(f"spark class archive: {out} (already there)")
             return
