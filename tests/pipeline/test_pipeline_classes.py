@@ -1,6 +1,6 @@
-"""The Spark JVMs' class archive (core.pipeline.classes, `manage.py sparkclasses`): made by a
-real recording server, mapped by the next server, which answers; a half-written archive is
-never put in place."""
+"""The Spark JVMs' class archive (core.pipeline.classes and class_recording, `manage.py
+sparkclasses`): made by a real recording server, mapped by the next server, which answers; a
+half-written archive is never put in place."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from core.pipeline import classes, server
+from core.pipeline import class_recording, server
 from core.procs import free_port, wait_listening
 from tests.browser_support import ROOT
 
@@ -55,7 +55,7 @@ def test_sparkclasses_makes_an_archive_the_next_server_maps_and_a_truncated_one_
             assert session.sql("SELECT 41 + 1 AS n").collect()[0].n == 42
         finally:
             session.stop()
-        java, classpath = classes._java_and_classpath(proc.pid)
+        java, classpath = class_recording._java_and_classpath(proc.pid)
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(60)
@@ -65,7 +65,7 @@ def test_sparkclasses_makes_an_archive_the_next_server_maps_and_a_truncated_one_
     shutil.copyfile(archive, truncated)
     with open(truncated, "r+b") as part:
         part.truncate(archive.stat().st_size // 4)
-    with pytest.raises(classes.ClassArchiveError, match="cannot be used"):
-        classes._check(java, classpath, truncated, tmp_path / "server.log")
+    with pytest.raises(class_recording.ClassArchiveError, match="cannot be used"):
+        class_recording._check(java, classpath, truncated, tmp_path / "server.log")
     assert list(tmp_path.glob("hs_err_*.log"))  # the crash's report, beside the log
     assert not list(ROOT.glob("hs_err_*.log"))

@@ -27,7 +27,7 @@ class Command(QueueadminCommand):
                             help="do nothing when the archive is already there")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from core.pipeline import classes
+        from core.pipeline import class_recording, classes
 
         out: Path | None = options["out"] or classes.archive_path()
         if out is None:
@@ -42,7 +42,7 @@ class Command(QueueadminCommand):
                                "(make system-deps) and run this again")
         work = Path(tempfile.mkdtemp(prefix="queueadmin-sparkclasses-"))
         try:
-            took = classes.build(out, work)
+            took = class_recording.build(out, work)
         finally:
             shutil.rmtree(work, ignore_errors=True)
         size_mb = out.stat().st_size / 2**20
