@@ -1,5 +1,5 @@
 """The Spark JVMs' class archive (core.pipeline.classes and class_recording, `manage.py
-sparkclasses`): made by a real recording server, mapped by the next server, which answers; a
+sparkclasses`): recorded by a real server, mapped by the next server, which answers; a
 half-written archive is never put in place."""
 
 from __future__ import annotations
@@ -12,29 +12,39 @@ from pathlib import Path
 
 import pytest
 
-from core.pipeline import class_recording, server
+from core.pipeline import class_recording, classes, server
 from core.procs import free_port, wait_listening
 from tests.browser_support import ROOT
 
-pytestmark = [pytest.mark.slow, pytest.mark.spark]  # a recording server: 30-40 s of 2 cores
+pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
 
-def test_sparkclasses_makes_an_archive_the_next_server_maps_and_a_truncated_one_is_refused(
-    tmp_path: Path,
-) -> None:
-    archive = tmp_path / "classes" / "spark.jsa"
-    # A relative --out, as the Makefile gives it: from where the command runs.
+@pytest.fixture
+def archive(spark_classes: Path | None, tmp_path: Path) -> Path:
+    """The run's archive, which `make test` records (with a relative --out, as here) before
+    the suite; recorded here when there is none (pytest run by hand): either way a recording
+    is checked, and the suite pays for one only once (30-80 s of both cores)."""
+    made = classes.usable()
+    if made is not None:
+        return made
+    out = tmp_path / "classes" / "spark.jsa"
     done = subprocess.run([sys.executable, ROOT / "manage.py", "sparkclasses", "--out",
                            "classes/spark.jsa"], cwd=tmp_path, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith(f"spark class archive: {archive} (") and "made in" in done.stdout
-    assert [p.name for p in archive.parent.iterdir()] == ["spark.jsa"]  # no partial left
+    assert done.stdout.startswith(f"spark class archive: {out} (") and "made in" in done.stdout
+    assert [p.name for p in out.parent.iterdir()] == ["spark.jsa"]  # no partial left
+    return out
 
-    again = subprocess.run([sys.executable, "manage.py", "sparkclasses", "--out", str(archive),
-                            "--if-missing"], cwd=ROOT, capture_output=True, text=True,
-                           timeout=60)
-    assert again.returncode == 0 and "(already there)" in again.stdout
+
+def test_a_recorded_archive_is_mapped_by_the_next_server_and_a_truncated_one_is_refused(
+    archive: Path, tmp_path: Path,
+) -> None:
+    again = subprocess.run([sys.executable, ROOT / "manage.py", "sparkclasses", "--out",
+                            archive.name, "--if-missing"], cwd=archive.parent,
+                           capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.strip() == f"spark class archive: {archive} (already there)"
 
     config = server.ServerConfig(port=free_port(), local_dir=tmp_path / "local", cores="1",
                                  class_archive=archive)
