@@ -33,15 +33,11 @@ import django  # noqa: E402
 
 django.setup()
 
+from bench.bench_mirror import proc_cpu  # noqa: E402
 from core.pipeline import server  # noqa: E402
 from core.procs import free_port, wait_listening  # noqa: E402
 
 IDLE_S = 25.0
-
-
-def jvm_cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def memory_mib(pid: int) -> dict[str, int]:
@@ -66,14 +62,14 @@ def one_start(work: Path, archive: Path | None) -> dict[str, Any]:
                               alive=lambda: proc.poll() is None):
             raise SystemExit((work / "server.log").read_text()[-2000:])
         listen_s = time.monotonic() - started
-        listen_cpu_s = jvm_cpu_s(proc.pid)
+        listen_cpu_s = proc_cpu(proc.pid)
         first_s = server.warm(config.url, work / "warm")
         second_s = server.warm(config.url, work / "warm")
         time.sleep(IDLE_S)
         return {"listen_s": round(listen_s, 2), "listen_cpu_s": round(listen_cpu_s, 2),
                 "first_job_s": round(first_s, 2), "second_job_s": round(second_s, 2),
                 **{f"{k}_mib": v for k, v in memory_mib(proc.pid).items()},
-                "cpu_s": round(jvm_cpu_s(proc.pid), 2)}
+                "cpu_s": round(proc_cpu(proc.pid), 2)}
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(60)

@@ -27,7 +27,7 @@ class Command(QueueadminCommand):
                             help="do nothing when the archive is already there")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from core.pipeline import class_recording, classes
+        from core.pipeline import class_recording, classes, jvm
 
         out: Path | None = options["out"] or classes.archive_path()
         if out is None:
@@ -37,7 +37,7 @@ class Command(QueueadminCommand):
         if options["if_missing"] and out.is_file():
             self.stdout.write(f"spark class archive: {out} (already there)")
             return
-        if shutil.which("java") is None and not _java_home_java():
+        if jvm.jdk_tool("java") is None:
             raise CommandError("no java on PATH (nor in JAVA_HOME): install a Java runtime "
                                "(make system-deps) and run this again")
         work = Path(tempfile.mkdtemp(prefix="queueadmin-sparkclasses-"))
@@ -47,10 +47,3 @@ class Command(QueueadminCommand):
             shutil.rmtree(work, ignore_errors=True)
         size_mb = out.stat().st_size / 2**20
         self.stdout.write(f"spark class archive: {out} ({size_mb:.0f} MiB), made in {took:.1f} s")
-
-
-def _java_home_java() -> bool:
-    import os
-
-    home = os.environ.get("JAVA_HOME", "")
-    return bool(home) and Path(home, "bin", "java").is_file()

@@ -70,8 +70,8 @@ def jar_name() -> str:
     return f"queueadmin-spark-{digest.hexdigest()[:12]}.jar"
 
 
-def _jdk_tool(name: str) -> str | None:
-    """A JDK tool (javac, jar): from JAVA_HOME if it has one, else from PATH."""
+def jdk_tool(name: str) -> str | None:
+    """A JDK tool (javac, jar, java): from JAVA_HOME if it has one, else from PATH."""
     java_home = os.environ.get("JAVA_HOME")
     if java_home:
         tool = Path(java_home) / "bin" / name
@@ -81,7 +81,7 @@ def _jdk_tool(name: str) -> str | None:
 
 
 def _compile(classes: Path) -> None:
-    javac = _jdk_tool("javac")
+    javac = jdk_tool("javac")
     if javac is None:
         raise JarBuildError(f"cannot build {FORMAT}: javac not found; {JDK_HINT}")
     sources = _sources()
@@ -101,7 +101,7 @@ def _compile(classes: Path) -> None:
 def _package(classes: Path, jar: Path) -> None:
     """classes/ into `jar`: with the JDK's jar tool if there is one, else as a zip with a
     manifest (all a jar is)."""
-    tool = _jdk_tool("jar")
+    tool = jdk_tool("jar")
     if tool is not None:
         done = subprocess.run([tool, "--create", "--file", str(jar), "-C", str(classes), "."],
                               capture_output=True, text=True, check=False)
