@@ -37,12 +37,6 @@ class Builder:
                         "runs are not traced", type(provider).__name__)
         self._base: dict[str, dict[str, Any]] = {}  # queue -> its runs' common attributes
 
-    def root_sampled(self, trace_id: int, queue: str) -> bool:
-        """The provider's sampler's decision for a run without a parent to follow."""
-        result = self.provider.sampler.should_sample(None, trace_id, f"process {queue}",
-                                                     self._kind)
-        return bool(result.decision.is_sampled())
-
     def build(self, records: deque[Any]) -> None:
         """Hand a span of each record over (taking them out of `records`)."""
         processor = self._processor

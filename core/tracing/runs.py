@@ -3,10 +3,12 @@ cost of a few microseconds on the task's path.
 
 The run's own path only records (ids, times, outcome) and makes the run's context current, so
 that spans its handler starts (a data job's stages, a library's instrumentation) are its
-children. The span itself is built from that record afterwards, in batches, by a thread of
-its own, and handed to the provider's span processors as the SDK's Tracer would hand them a
-span it ended: the SDK's tracer costs 20-40 us a span (its attributes' checks, sampler,
-locks), more than a worker's whole cost per no-op task (docs/tracing.md).
+children. The span itself is made from that record afterwards, in batches, by a thread of
+its own: where every span processor exports OTLP over HTTP, written straight as OTLP bytes
+and posted by their exporters (otlp.py); otherwise built as an SDK ReadableSpan and handed to
+the processors as the SDK's Tracer would hand them a span it ended (build.py). The SDK's
+tracer costs 20-40 us a span (its attributes' checks, sampler, locks) and its OTLP encoder
+~45 us, more than a worker's whole cost per no-op task (docs/tracing.md).
 
 Parent and links (issue 38): a task's first delivery is a child of the producer's context
 (the submit's send span); a redelivery (retry, operator requeue, a dead worker's task reaped,
@@ -54,7 +56,7 @@ class TaskSpans:
 
     def __init__(self, provider: Any, worker: str) -> None:
         from opentelemetry import context, trace
-        from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+        from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags
 
         self.provider, self.worker = provider, worker
         self._attach, self._detach = context.attach, context.detach
@@ -62,14 +64,23 @@ class TaskSpans:
         self._span_of = NonRecordingSpan
         self._context = SpanContext
         self._flags = (TraceFlags(0), TraceFlags(1))
+        self._consumer = SpanKind.CONSUMER
         self._root_sampled = _samples_roots_always(provider)
         self._records: deque[Run] = deque()
         self._wake = threading.Event()
         self._lock = threading.Lock()  # one builder at a time (the thread, a flush)
         self._thread: threading.Thread | None = None
+        from . import otlp
         from .build import Builder
 
-        self._builder = Builder(provider, worker)
+        # Straight to OTLP bytes where every processor is an OTLP/HTTP batch one (otlp.py),
+        # else ReadableSpans to the processors.
+        exporters = otlp.otlp_exporters(provider)
+        self._builder: Builder | otlp.DirectExport = (
+            otlp.DirectExport(provider, worker, exporters) if exporters
+            else Builder(provider, worker))
+        # Records that wake the thread before its timer: a request's worth, to OTLP.
+        self._batch = otlp.SPANS_PER_REQUEST if exporters else BATCH
 
     def start(self, queue: str, lease: Lease) -> Run:
         """A run of `lease` starts now: its context is current until finish()."""
@@ -78,7 +89,7 @@ class TaskSpans:
             trace_id, sampled = int(tp[3:35], 16), tp[54] in "13579bdf"
         else:
             trace_id = _getrandbits(128)
-            sampled = self._root_sampled or self._builder.root_sampled(trace_id, queue)
+            sampled = self._root_sampled or self._sampled(trace_id, queue)
         run = Run(queue, lease, trace_id, _getrandbits(64), sampled)
         run.token = self._attach(self._in_context(self._span_of(
             self._context(trace_id, run.span_id, False, self._flags[sampled]))))
@@ -100,8 +111,14 @@ class TaskSpans:
         records.append(run)
         if self._thread is None:
             self._start_thread()
-        elif len(records) >= BATCH and not self._wake.is_set():  # set() takes a lock
+        elif len(records) >= self._batch and not self._wake.is_set():  # set() takes a lock
             self._wake.set()
+
+    def _sampled(self, trace_id: int, queue: str) -> bool:
+        """The provider's sampler's decision for a run without a parent to follow."""
+        result = self.provider.sampler.should_sample(None, trace_id, f"process {queue}",
+                                                     self._consumer)
+        return bool(result.decision.is_sampled())
 
     def flush(self) -> None:
         """Build and hand over every span recorded so far."""
