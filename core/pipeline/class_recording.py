@@ -56,7 +56,11 @@ def build(out: Path, work: Path, *, timeout: float = 180.0) -> float:
                 raise ClassArchiveError(f"the recording Spark server did not listen:\n"
                                         f"{_tail(log_path)}")
             java, classpath = _java_and_classpath(proc.pid)
-            server.warm(config.url, work / "warm", rows=RECORD_ROWS)
+            try:
+                server.warm(config.url, work / "warm", rows=RECORD_ROWS)
+            except Exception as exc:  # PySpark's errors: said in one line, not a traceback
+                raise ClassArchiveError(f"the recording's warm-up job failed: "
+                                        f"{type(exc).__name__}: {exc}"[:2000]) from None
         finally:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)  # the JVM writes the archive as it exits
@@ -86,10 +90,14 @@ def _check(java: str, classpath: str, archive: Path, log_path: Path) -> None:
     if not archive.is_file() or archive.stat().st_size == 0:
         raise ClassArchiveError(f"the Spark JVM wrote no class archive:\n{_tail(log_path)}")
     # A JVM that crashes on it writes its report beside the log, not wherever this runs.
-    done = subprocess.run([java, "-Xshare:on", java_option(archive),
-                           f"-XX:ErrorFile={log_path.parent / 'hs_err_%p.log'}", "-cp",
-                           classpath, "-version"], capture_output=True, text=True, timeout=60,
-                          cwd=log_path.parent)
+    try:
+        done = subprocess.run([java, "-Xshare:on", java_option(archive),
+                               f"-XX:ErrorFile={log_path.parent / 'hs_err_%p.log'}", "-cp",
+                               classpath, "-version"], capture_output=True, text=True,
+                              timeout=60, cwd=log_path.parent)
+    except subprocess.TimeoutExpired:
+        raise ClassArchiveError("a JVM mapping the class archive did not answer "
+                                "`-version` within 60 s") from None
     if done.returncode != 0:
         said = (done.stdout + done.stderr).strip().splitlines()
         raise ClassArchiveError("the class archive the Spark JVM wrote cannot be used: "
