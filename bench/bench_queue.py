@@ -239,6 +239,15 @@ def tree_cpu_s(pid: int) -> float:
     return total
 
 
+def wait_exited(pid: int, timeout: float) -> None:
+    """Until the child `pid` has exited, without reaping it (its /proc entry stays)."""
+    deadline = time.monotonic() + timeout
+    while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT | os.WNOHANG) is None:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"worker {pid} did not exit within {timeout} s")
+        time.sleep(0.01)
+
+
 def engine_commands(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]],
                     polls: int) -> int:
     """Commands Redis ran between two command_stats() reads, those scripts send included,
@@ -250,11 +259,13 @@ def engine_commands(before: dict[str, tuple[int, int]], after: dict[str, tuple[i
 
 def run_workers(
     server: RedisServer, client: Client, q: Queue, tasks: int, workers: int,
-    *extra: str, env_extra: dict[str, str] | None = None,
+    *extra: str, env_extra: dict[str, str] | None = None, cpu_at_exit: bool = False,
 ) -> Run:
     """Run `workers` burst workers until `tasks` are done, measured from the first ack to the
     last: the rate, and what the tasks cost in CPU and commands. With `extra` "--max-tasks N"
-    they stop there, leaving the rest waiting."""
+    they stop there, leaving the rest waiting. With `cpu_at_exit` the workers' CPU is read
+    once they have exited (what they do at their stop included: e.g. exporting the spans
+    still buffered), not at the last ack."""
     polls = 0
 
     def done() -> int:
@@ -272,6 +283,9 @@ def run_workers(
         polls = 0
         wait_until(lambda: done() >= tasks, 600, "all tasks done", 0.002)
         elapsed = time.perf_counter() - t0
+        if cpu_at_exit:
+            for p in procs:
+                wait_exited(p.pid, 60)
         wcpu1 = sum(tree_cpu_s(p.pid) for p in procs)  # exited: not waited yet, still there
         s1, rcpu1 = read.command_stats(client), read.cpu_seconds(client)
         fcall = s1.get("fcall", (0, 0))[1] - s0.get("fcall", (0, 0))[1]

@@ -11,8 +11,9 @@ One-task requests processed by one `runworker` process, in turns on one redis-se
            exported over OTLP/HTTP to a sink in this process that decodes each request and
            answers 200 (the runs' spans written as OTLP by core/tracing/otlp.py and posted
            by OpenTelemetry's exporter: encoding and HTTP included).
-Per task: the worker's CPU (its heartbeat process's included), Redis's CPU, the time in the
-engine's functions, the round trips (FCALL + BLPOP) and the commands (the least of the runs).
+Per task: the worker's CPU (its heartbeat process's included; read once it has exited, so that
+the spans it exports at its stop count too), Redis's CPU, the time in the engine's functions,
+the round trips (FCALL + BLPOP) and the commands (the least of the runs).
 And, in this process, per span (this thread's CPU): the task path alone (a run's
 TaskSpans.start + finish); building SDK spans for other processors; writing OTLP bytes.
 """
@@ -86,7 +87,8 @@ def bench_tracing(server: RedisServer, client: Client, prefix: str, tasks: int,
                 tp = "" if mode == "off" else TP
                 for _ in range(tasks):
                     q.submit([None], handler="noop", traceparent=tp)
-                runs[mode].append(run_workers(server, client, q, tasks, 1, env_extra=envs[mode]))
+                runs[mode].append(run_workers(server, client, q, tasks, 1, env_extra=envs[mode],
+                                              cpu_at_exit=True))
     finally:
         sink.shutdown()
     out: dict[str, Any] = {}
