@@ -3,10 +3,11 @@ exporters (issue 38: ≤ 5 µs of worker CPU per traced task).
 
 The SDK's way cost a worker 55-60 µs a span (bench/bench_tracing.py): a ReadableSpan built, the
 batch processor's queue, then the OTLP encoder making a protobuf message object per span, per
-attribute and per value before serialising them; this way costs ~10 µs. A run's span has a fixed shape (a name per queue, the same
-common attributes, a handful of ids and numbers), so it is written here as bytes from the run's
-record, the constant parts encoded once; the request's envelope (the provider's resource, the
-instrumentation scope) comes from the SDK's own encoder, once.
+attribute and per value before serialising them; this way costs ~10 µs. A run's span has a
+fixed shape (a name per queue, the same common attributes, a handful of ids and numbers), so
+it is written here as bytes from the run's record, the constant parts encoded once; the
+request's envelope (the provider's resource, the instrumentation scope) comes from the SDK's
+own encoder, once.
 
 It is used only where nothing can tell the difference: every span processor of the provider
 is a BatchSpanProcessor handing spans to an OTLP/HTTP exporter (what `setup_from_env` builds
