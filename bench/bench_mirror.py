@@ -3,7 +3,7 @@ one-task requests into the database with their search rows and timeline events (
 and how far behind the engine it stays under a sustained load (lag p50/p99/max).
 
     .venv/bin/python bench/bench_mirror.py [--only catchup,sustain] [--db sqlite,postgres]
-        [--requests 30000] [--runs 3] [--shape live,backlog] [--batch 1000] [--profile]
+        [--requests 30000] [--runs 3] [--shape live,backlog] [--batch 4000] [--profile]
         [--rate 20000] [--seconds 300] [--mirrors 1] [--producers 2] [--consumers 1]
         [--server postgres://postgres@127.0.0.1:5432/postgres] [--json-only]
 
@@ -60,7 +60,10 @@ def parse() -> argparse.Namespace:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--shape", default="live,backlog",
                    help="live: each request's events close together; backlog: far apart")
-    p.add_argument("--batch", type=int, default=1000, help="runmirror --batch")
+    from core.mirror import MirrorConfig
+
+    p.add_argument("--batch", type=int, default=MirrorConfig.batch,
+                   help="runmirror --batch (its default)")
     p.add_argument("--profile", action="store_true")
     p.add_argument("--rate", type=int, default=20_000)
     p.add_argument("--seconds", type=int, default=300)

@@ -45,7 +45,10 @@ BACKOFF_FIRST_S, BACKOFF_CAP_S = 0.1, 10.0
 class MirrorConfig:
     queues: tuple[str, ...] = ()  # none: every queue of the registry, followed as they appear
     group: str = "mirror"  # consumer group on each stream (a database per group)
-    batch: int = 1000  # entries read per stream per round trip
+    # Entries read per stream per round trip, applied in one transaction: 4000 caught up
+    # 8-13 % faster than 1000 (bench_mirror, SQLite and PostgreSQL), one commit's fsync and
+    # the round trips shared by more requests.
+    batch: int = 4000
     burst: bool = False  # apply everything there is, then return
     idle_s: float = 0.5  # pause when nothing was read
     sample_every_s: float = SAMPLE_EVERY_S

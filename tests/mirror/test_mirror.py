@@ -14,6 +14,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
+from core.management.commands import runmirror
 from core.mirror import MirrorConfig, run_mirror
 from core.mirror.apply import apply_batch
 from core.mirror.samples import prune, sample
@@ -352,5 +353,6 @@ def test_runmirror_command(django_queue: Queue) -> None:
     assert Request.objects.filter(queue="default", request_id="a").exists()
     with pytest.raises(CommandError, match="--batch must be between"):
         call_command("runmirror", "--burst", "--batch", "0")
+    assert MirrorConfig.batch == runmirror.BATCH  # the command's default is the mirror's
     with pytest.raises(CommandError, match=r"invalid queue name '\{x\}'"):
         call_command("runmirror", "--burst", "-q", "{x}")
