@@ -60,10 +60,9 @@ def parse() -> argparse.Namespace:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--shape", default="live,backlog",
                    help="live: each request's events close together; backlog: far apart")
-    from core.mirror import MirrorConfig
+    from core.management.commands.runmirror import BATCH  # no Django set-up needed
 
-    p.add_argument("--batch", type=int, default=MirrorConfig.batch,
-                   help="runmirror --batch (its default)")
+    p.add_argument("--batch", type=int, default=BATCH, help="runmirror --batch (its default)")
     p.add_argument("--profile", action="store_true")
     p.add_argument("--rate", type=int, default=20_000)
     p.add_argument("--seconds", type=int, default=300)
