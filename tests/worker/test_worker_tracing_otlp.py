@@ -157,7 +157,9 @@ def test_a_worker_exports_its_runs_to_an_otlp_endpoint(
                 for span in ss.spans:
                     if span.name == "process q":
                         attrs = {a.key: a.value for a in span.attributes}
-                        spans[attrs["messaging.message.id"].string_value] = (span, attrs)
+                        key = (attrs["queueadmin.request.id"].string_value,  # a task id is
+                               attrs["messaging.message.id"].string_value)  # its request's
+                        spans[key] = (span, attrs)
     assert len(spans) == 4, collector.requests
     assert set(collector.tenants) == {"t1"}  # the exporter's own settings apply
     for span, attrs in spans.values():
