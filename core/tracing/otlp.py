@@ -258,8 +258,14 @@ class DirectExport:
         while records:
             batch: list[bytes] = []
             while records and len(batch) < SPANS_PER_REQUEST:
-                batch.append(span(records.popleft()))
-            self._post(self.envelope.request(batch), len(batch))
+                run = records.popleft()
+                try:
+                    batch.append(span(run))
+                except Exception:  # one odd record must not stop the thread (nor the rest)
+                    log.exception("the span of a run of %r could not be written",
+                                  getattr(run.lease, "lease", "?"))
+            if batch:
+                self._post(self.envelope.request(batch), len(batch))
 
     def _post(self, data: bytes, n: int) -> None:
         for exporter in self.exporters:

@@ -171,3 +171,23 @@ def test_a_worker_exports_its_runs_to_an_otlp_endpoint(
                        attrs["queueadmin.task.outcome"].string_value, span.status.code)
                       for span, attrs in spans.values())
     assert outcomes == [("f", "failed", 2)] + [("r", "done", 0)] * 3
+
+
+def test_a_run_whose_span_cannot_be_written_is_logged_and_the_rest_go(
+    collector: Any, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", f"{collector.url}/v1/traces")
+    provider = config.build_provider({"OTEL_TRACES_EXPORTER": "otlp"})
+    try:
+        spans = TaskSpans(provider, "w1")
+        assert isinstance(spans._builder, DirectExport)
+        odd = _run("q", "no-slashes")  # a lease token of another shape
+        spans._records.extend([RUNS["first delivery, a child of the submit"], odd,
+                               RUNS["failed"]])
+        spans.flush()
+    finally:
+        provider.shutdown()
+    assert "could not be written" in caplog.text and "no-slashes" in caplog.text
+    ((path, request),) = collector.requests
+    assert path == "/v1/traces"
+    assert [s.name for s in request.resource_spans[0].scope_spans[0].spans] == ["process q"] * 2
