@@ -187,6 +187,7 @@ class Producer(QueueBase):
         *,
         handler: str,
         request_id: str | None = None,
+        traceparent: str | None = None,
         **options: Unpack[RequestOptions],
     ) -> Submitted:
         """A follow-up of request `parent_id` ("then"), with the options submit() takes:
@@ -196,8 +197,18 @@ class Producer(QueueBase):
         parent). Decided at once if the parent has completed already.
 
         Idempotent on `request_id`, as submit(); UnknownRequest if the parent does not exist.
-        At most SUBMIT_BATCH tasks (one atomic call).
+        At most SUBMIT_BATCH tasks (one atomic call). `traceparent` as submit()'s.
         """
+        args = (parent_id, tasks, handler, request_id, options)
+        if traceparent is None and tracehook.SENDING is not None:
+            with tracehook.SENDING(self.name) as sending:
+                out = self._submit_after(*args, sending.traceparent)
+                sending.sent(out.request_id, out.total)
+                return out
+        return self._submit_after(*args, check_traceparent(traceparent or ""))
+
+    def _submit_after(self, parent_id: str, tasks: Iterable[Any], handler: str,
+                      request_id: str | None, options: RequestOptions, tp: str) -> Submitted:
         parent = validate_id(parent_id, "parent request id")
         rid = validate_id(request_id, "request id") if request_id is not None else new_request_id()
         meta = _options(handler, options)
@@ -210,7 +221,7 @@ class Producer(QueueBase):
             )
         reply = self._run(
             "submit_after",
-            [rid, self._now(), *meta, parent, *payloads],
+            [rid, self._now(), *meta, parent, tp, *payloads],
             [self.keys.request(rid), self.keys.tasks(rid), self.keys.request(parent)],
         )
         check_code(reply, f"submit a follow-up of request {parent!r}")

@@ -69,6 +69,36 @@ def test_a_flows_follow_ups_carry_the_same_context(queue: Queue) -> None:
     assert queue.dequeue("w", 1)[0].trace == TP  # the follow-up's task, now released
 
 
+TP2 = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+@pytest.mark.parametrize("parent_done", [False, True])
+def test_a_follow_up_submitted_after_keeps_its_own_context(
+    queue: Queue, parent_done: bool
+) -> None:
+    queue.submit(["a"], handler="h", request_id="p", traceparent=TP)
+    if parent_done:  # then the follow-up is released in the same call that creates it
+        queue.ack(queue.dequeue("w", 1)[0])
+    queue.submit_after("p", ["c"], handler="h", request_id="f", traceparent=TP2)
+    assert read.request(queue, "f").traceparent == TP2
+    submitted = [f for _, f in queue.redis.xrange(queue.keys.events)
+                 if f["type"] == "submitted" and f["request"] == "f"]
+    assert submitted[0]["tp"] == TP2 and submitted[0]["after"] == "p"
+    if not parent_done:
+        queue.ack(queue.dequeue("w", 1)[0])
+    assert queue.dequeue("w", 1)[0].trace == TP2  # the follow-up's task
+
+
+def test_a_follow_up_without_one_keeps_none(queue: Queue) -> None:
+    queue.submit(["a"], handler="h", request_id="p", traceparent=TP)
+    queue.submit_after("p", ["c"], handler="h", request_id="f")
+    assert read.request(queue, "f").traceparent == ""
+    assert "tp" not in queue.redis.hgetall(queue.keys.request("f"))
+    with pytest.raises(InvalidInput, match="traceparent must be a W3C trace context"):
+        queue.submit_after("p", ["c"], handler="h", request_id="g", traceparent="x")
+    assert read.request(queue, "g") is None
+
+
 def test_an_idle_workers_handoff_carries_the_context(queue: Queue) -> None:
     assert queue.ack_and_dequeue("w", 1, idle_handoff=True)[1] == []  # idle, registered
     queue.submit(["a"], handler="h", request_id="r", traceparent=TP)

@@ -95,6 +95,18 @@ def test_each_run_is_a_child_of_its_submit_with_the_messaging_attributes(
     assert len(ids) == 3 and all(i.split("-")[0].isdigit() for i in ids)  # the tasks' ids
 
 
+def test_a_follow_up_submitted_after_is_sent_in_a_span_of_its_own(
+    live_queue: Queue, spans: InMemorySpanExporter
+) -> None:
+    live_queue.submit([1], request_id="p", handler="rec")
+    live_queue.submit_after("p", [2], request_id="f", handler="rec")
+    sends = {dict(s.attributes or {})["queueadmin.request.id"]: s
+             for s in spans.get_finished_spans() if s.name == "send q"}
+    assert set(sends) == {"p", "f"}
+    assert read.request(live_queue, "f").traceparent == tracing.traceparent_of(
+        sends["f"].context)
+
+
 def test_a_retry_is_its_own_trace_linked_to_the_submit_and_a_failure_is_an_error(
     live_queue: Queue, start: Any, spans: InMemorySpanExporter
 ) -> None:

@@ -25,7 +25,9 @@ ARGV[7]  max_attempts ARGV[8]  lease_ms      ARGV[9]  retention_ms
 ARGV[10] backoff_ms   ARGV[11] backoff_max_ms
 ARGV[12] resources it declares ("" = none)
 ARGV[13] parent request id
-ARGV[14..] task payloads (JSON text): at least one, at most one call's worth (the client
+ARGV[14] the producer's trace context, as submit.lua's ("" = none): kept in the hash (field
+         "tp") and on its "submitted" event (issue 38)
+ARGV[15..] task payloads (JSON text): at least one, at most one call's worth (the client
          refuses more)
 
 Its "submitted" event carries the first tasks' ids and payload text (append_tasks()).
@@ -47,15 +49,19 @@ end
 local p = load_req(parent)
 if not p then return -2 end
 
-local n = #ARGV - 13
+local tp = ARGV[14] ~= '' and ARGV[14] or nil
+local n = #ARGV - 14
 redis.call('XGROUP', 'CREATE', sk, GROUP, '0', 'MKSTREAM')
-local ids, txt = append_tasks(sk, ARGV, 14, 0)
-local h = create_req(ARGV, rk, rid, 'held', 3, n, now, {'after', parent})
+local ids, txt = append_tasks(sk, ARGV, 15, 0)
+local extra = {'after', parent}
+if tp then extra = {'after', parent, 'tp', tp} end
+local h = create_req(ARGV, rk, rid, 'held', 3, n, now, extra)
+h.tp = tp
 if p['then'] then set_field(p, 'then', p['then'] .. ' ' .. rid) else set_field(p, 'then', rid) end
 
 stat('submitted', n)  -- w:<prio> counts work that can run: a held request's, once released
 tasks_event('submitted', rid, ids, txt, 'tasks', text(n), 'priority', ARGV[3],
-            'tenant', ARGV[5], 'after', parent)
+            'tenant', ARGV[5], 'after', parent, trace_event(tp))
 -- The parent has completed already: decide now, as its completion would have.
 if p.state == 'done' then
   set_state(h, 'active', now)
