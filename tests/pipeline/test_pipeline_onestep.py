@@ -77,9 +77,10 @@ def test_a_small_job_in_one_step_writes_what_the_job_split_in_chunks_writes(
         assert a.read_text() == b.read_text()
 
 
-def test_what_is_not_one_step(dq: Queue, tmp_path: Path) -> None:
+def test_what_is_not_one_step(dq: Queue, tmp_path: Path, connect_url: str) -> None:
     """Without combine SQL the parts are the output (a chunk task writes them); an incremental
-    job keeps its chunks' parts for the next run: both are split as before."""
+    job keeps its chunks' parts for the next run: both are split as before. (`connect_url`:
+    the run's Spark server, started if this is its process's first Spark test.)"""
     src = tmp_path / "flights.parquet"
     flights(300).to_parquet(src, index=False)
     plain = spec_for(tmp_path, src, job_id="no-combine", sql=CHUNK_SQL,
