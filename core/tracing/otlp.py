@@ -250,7 +250,6 @@ class DirectExport:
         self.exporters = exporters
         self.writer = SpanWriter(worker)
         self.envelope = Envelope(provider.resource, InstrumentationScope(SCOPE))
-        self.failed = 0  # requests not accepted (each logged by the exporter's client)
 
     def build(self, records: deque[Any]) -> None:
         """Post the span of each record (taking them out of `records`)."""
@@ -271,11 +270,7 @@ class DirectExport:
         for exporter in self.exporters:
             if getattr(exporter, "_shutdown", False):  # the provider was shut down
                 continue
-            try:
-                result = exporter._client.export(data)
+            try:  # a request not accepted is logged by the exporter's client
+                exporter._client.export(data)
             except Exception:  # a broken exporter must not stop the worker's tracing
                 log.exception("%d task run spans could not be exported", n)
-                self.failed += 1
-                continue
-            if not getattr(result, "success", True):  # the client has logged why
-                self.failed += 1
