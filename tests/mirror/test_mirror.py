@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import logging
+import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -15,12 +16,14 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from core.management.commands import runmirror
-from core.mirror import MirrorConfig, run_mirror
+from core.mirror import MirrorConfig, Totals, apply, commit, run_mirror
 from core.mirror.apply import apply_batch
+from core.mirror.run import Follower
 from core.mirror.samples import prune, sample
 from core.models import DeadLetter, QueueSample, Request
 from core.queue import Queue
 from core.queue.follow import Streams, sid
+from core.queue.read.lag import events_lag
 from tests.conftest import FakeClock
 from tests.mirror_support import assert_db_equals_redis, finish, mirror
 
@@ -91,6 +94,35 @@ def test_a_mirror_that_dies_after_commit_before_ack_reads_the_batch_again(
     assert Request.objects.filter(queue="q").count() == 5
     assert set(Request.objects.values_list("completions", flat=True)) == {1}
     assert redis_client.xpending(queue.keys.events, "mirror")["pending"] == 0
+
+
+def test_what_a_consumer_killed_after_its_commit_left_pending_is_taken_over_by_another(
+    queue: Queue, redis_client: Any
+) -> None:
+    """Another mirror process of the group acknowledges it (the database has it): left pending
+    with the dead consumer, the group would stay behind for good (a flake of
+    test_mirror_processes on PostgreSQL: `a` frozen between its commit and its ack)."""
+    for i in range(5):
+        submit(queue, f"r{i}")
+    finish(queue)
+    a = Follower(queue, MirrorConfig(queues=("q",), consumer="a", batch=4))
+    a.streams.setup()
+    a.streams.read()  # its own pending entries first: none
+    read = a.streams.read()
+    apply.commit(queue, apply.prepare(queue, read.events, read.dead),
+                 guard=commit.guard(a.streams, read))  # then killed: never acknowledged
+    assert commit.position("q") == read.events[-1][0]
+    b = Follower(queue, MirrorConfig(queues=("q",), consumer="b", claim_after_s=0.05))
+    time.sleep(0.1)  # a's entries idle for longer than claim_after_s
+
+    totals = Totals()
+    while b.step(totals):
+        pass
+
+    assert events_lag(queue).behind == 0
+    assert totals.requests == 5  # 4 submitted were a's, then 5 finished: none applied again
+    assert_db_equals_redis(queue)
+    assert set(Request.objects.values_list("completions", flat=True)) == {1}
 
 
 def test_dead_letters_get_a_row_each_with_their_fingerprint(queue: Queue) -> None:
