@@ -10,14 +10,13 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
-# Test processes (pytest-xdist): 2 took the suite from 11 min to 6.5 min on 2 cores, where
-# most tests wait on workers, servers and browsers. 0 runs it in this one process.
-PYTEST_WORKERS ?= 2
-# test-fast's: its tests wait on the processes they start (commands, workers, servers) more
-# than they compute, so a third process helps there: 118 s against 140 s with 2 on 2 cores
-# (2026-11-29); the whole suite gained nothing from it (618 s against 639 s, one run each),
-# and each process of that one holds its own Spark server.
-FAST_WORKERS ?= 3
+# Test processes (pytest-xdist), for make test and make test-fast. Three on 2 cores: the tests
+# wait on the processes they start (workers, servers, browsers, JVMs) more than they compute.
+# The whole suite on SQLite, one sitting each (2026-11-29): 473 and 500 s with 3, 553, 592
+# and 524 s with 2 (4: 458 s, its CPU then near full: 7.6 % idle); test-fast 118 s against
+# 140 s. The PostgreSQL pass, CPU-bound, is the same either way (128.9 s with 3, 125.0 with 2).
+# 0 runs the tests in this one process.
+PYTEST_WORKERS ?= 3
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 APT := DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get
 
@@ -110,7 +109,6 @@ test: system-deps install
 # named here as well, so that the target says what it leaves out.
 FAST := not slow and not spark and not browser
 
-test-fast: PYTEST_WORKERS = $(FAST_WORKERS)
 test-fast: system-deps install lint
 	$(call pytest,-m "$(FAST)")
 	$(call pytest_postgres,django_db and $(FAST))
