@@ -20,7 +20,7 @@ PYTEST_WORKERS ?= 3
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 APT := DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get
 
-.PHONY: help venv install system-deps run test test-fast lint bench-quick clean
+.PHONY: help venv install system-deps run test test-fast lint bytecode bench-quick clean
 
 help:
 	@echo "make run        start redis-server, migrate, admin user, console on http://127.0.0.1:8000/"
@@ -76,6 +76,12 @@ lint: install
 	$(PY) -m ruff check .
 	$(PY) -m mypy
 
+# The project's bytecode, written once before the tests: where PYTHONDONTWRITEBYTECODE is set
+# (as in some CI sandboxes) each of the hundreds of processes the suite starts (workers,
+# stacks, commands) would compile the modules it imports again, 0.05-0.1 s of CPU each.
+bytecode: install
+	@$(PY) -m compileall -q -j 0 core queueadmin tests bench manage.py > /dev/null
+
 # pytest exits 5 when it collected no tests: that is a broken suite, not a pass.
 define pytest
 	@rc=0; $(PY) -m pytest -n $(PYTEST_WORKERS) $(1) $(PYTEST_ARGS) || rc=$$?; \
@@ -101,7 +107,7 @@ define pytest_postgres
 endef
 
 test: system-deps install
-	@$(MAKE) --no-print-directory -j2 lint $(CLASSES)
+	@$(MAKE) --no-print-directory -j2 lint bytecode $(CLASSES)
 	$(call pytest,)
 	$(call pytest_postgres,django_db and not spark)
 
@@ -109,7 +115,7 @@ test: system-deps install
 # named here as well, so that the target says what it leaves out.
 FAST := not slow and not spark and not browser
 
-test-fast: system-deps install lint
+test-fast: system-deps install lint bytecode
 	$(call pytest,-m "$(FAST)")
 	$(call pytest_postgres,django_db and $(FAST))
 
