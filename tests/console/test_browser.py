@@ -26,8 +26,10 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """One `runstack --workers 1` for the module, in a directory of its own, on free ports."""
-    with running_stack(tmp_path_factory.mktemp("browser-var")) as running:
+    """One `runstack --workers 1` for the module, in a directory of its own, on free ports,
+    its worker running the browser tests' handlers too (tests.browser_handlers)."""
+    with running_stack(tmp_path_factory.mktemp("browser-var"),
+                       {"QA_HANDLER_MODULES": "tests.browser_handlers"}) as running:
         yield running
 
 
@@ -110,8 +112,9 @@ def test_the_pending_entries_page_shows_a_leased_task(
     stack: Stack, page: Any, shots: Any
 ) -> None:
     q = queue(stack)
-    rid = q.submit([{"seconds": 8}], handler="sleep").request_id
+    rid = q.submit([{"steps": 1}], handler="steps").request_id  # leased until told to end
     page.goto(stack.url("/pending/?queue=default"))
     page.wait_for_selector(f"text={rid}", timeout=20_000)
     shots(page, "pending")
+    q.redis.set(f"browser:steps:{rid}:0", "1")
     assert q.wait(rid, timeout=30) == "done"

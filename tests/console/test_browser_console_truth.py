@@ -90,7 +90,7 @@ def test_a_request_failed_requeued_and_failed_again_reads_right(
 ) -> None:
     q = queue(stack)
     rid = q.submit([{"row": i} for i in range(3)], handler="fails-until", request_id="twice",
-                   max_attempts=2, backoff_ms=6000).request_id
+                   max_attempts=2, backoff_ms=3000).request_id
     until(lambda: q.state(rid) == "failed", 60, "the request to fail")
     page = narrow
     page.goto(stack.url(f"/requests/default/{rid}/"))

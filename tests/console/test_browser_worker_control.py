@@ -35,7 +35,7 @@ def test_quiet_stops_new_leases_while_the_running_task_finishes(
 ) -> None:
     q = queue(stack)
     until(lambda: read.workers(q).items, 60, "the stack's worker to register")
-    first = q.submit([{"seconds": 12}], handler="slow").request_id
+    first = q.submit([{"steps": 1}], handler="steps").request_id  # runs until told to end
     until(lambda: int(q.redis.hget(q.keys.request(first), "leased") or 0) == 1, 30,
           "the worker to take the first task")
     page.goto(stack.url("/workers/?queue=default"))
@@ -51,6 +51,7 @@ def test_quiet_stops_new_leases_while_the_running_task_finishes(
     assert page.locator("tr[data-worker] button", has_text="Resume").count() == 1
 
     second = q.submit([{"seconds": 0.2}], handler="slow").request_id
+    q.redis.set(f"browser:steps:{first}:0", "1")
     assert q.wait(first, timeout=30) == "done"  # the running task finished
     time.sleep(3)  # over a heartbeat more: a worker taking work would have taken it
     info = read.request(q, second)
