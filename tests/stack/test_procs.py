@@ -15,6 +15,8 @@ from core import procs
 
 def test_free_ports_are_below_the_ephemeral_range_distinct_and_bindable() -> None:
     low = procs._ephemeral_low()
+    if low - procs.PORTS_SPAN < 1024:
+        pytest.skip(f"no room below this machine's ephemeral ports (from {low})")
     ports = [procs.free_port() for _ in range(50)]
     assert len(set(ports)) == len(ports)
     assert all(low - procs.PORTS_SPAN <= p < low for p in ports), (low, ports)
