@@ -46,6 +46,7 @@ class Applied:
     requests: int = 0
     dead_letters: int = 0
     resolved: int = 0
+    skipped: bool = False  # the guard found the batch in the database already
 
 
 @dataclass
@@ -103,7 +104,7 @@ def commit(q: Queue, p: Prepared, *, now: datetime | None = None,
     """A prepared batch into the database, in one transaction that `guard` starts."""
     with transaction.atomic(using=bulk.connection_for(Request).alias):
         if guard is not None and not guard():
-            return Applied()
+            return Applied(skipped=True)
         return write(q, p, now or datetime.now(UTC))
 
 

@@ -104,7 +104,7 @@ class Follower:
                 return 0  # stopped while waiting for its turn: left pending
             totals.requests += applied.requests
             totals.dead_letters += applied.dead_letters
-            totals.events += len(batch.events)
+            totals.events += 0 if applied.skipped else len(batch.events)
         datajobs.follow(self.q, batch.events, force=self.config.burst)  # data jobs' rows
         self.streams.ack(batch)
         return len(batch) + len(batch.lost) + rereading

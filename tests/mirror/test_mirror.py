@@ -121,6 +121,7 @@ def test_what_a_consumer_killed_after_its_commit_left_pending_is_taken_over_by_a
 
     assert events_lag(queue).behind == 0
     assert totals.requests == 5  # 4 submitted were a's, then 5 finished: none applied again
+    assert totals.events == 6  # what a committed is acknowledged, not counted as applied
     assert_db_equals_redis(queue)
     assert set(Request.objects.values_list("completions", flat=True)) == {1}
 
