@@ -10,9 +10,9 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Unpack
+from typing import Any, TypeVar, Unpack
 
 import orjson
 
@@ -45,6 +45,7 @@ from .records import NewRecord
 from .tracehook import check_traceparent
 from .unique import unique_spec
 
+_Sent = TypeVar("_Sent", Submitted, Flow)  # what _sent hands back: a submit's result or a flow's
 HANDLER_REFRESH_S = 5.0  # a producer re-reads the announced handlers at most this often
 
 
@@ -136,11 +137,18 @@ class Producer(QueueBase):
         args = (tasks, handler, request_id, seal, run_at, delay, unique_key, unique_scope,
                 on_duplicate, options)
         if traceparent is None and tracehook.SENDING is not None:
-            with tracehook.SENDING(self.name) as sending:
-                out = self._submit(*args, sending.traceparent)
-                sending.sent(out.request_id, out.total)
-                return out
+            return self._sent(self._submit, args)
         return self._submit(*args, check_traceparent(traceparent or ""))
+
+    def _sent(self, call: Callable[..., _Sent], args: tuple[Any, ...]) -> _Sent:
+        """`call(*args, traceparent)` inside a "send" span of tracing (tracehook.SENDING),
+        whose context goes with the request: submit's, submit_after's and submit_flow's."""
+        assert tracehook.SENDING is not None
+        with tracehook.SENDING(self.name) as sending:
+            out = call(*args, sending.traceparent)
+            made = out.request if isinstance(out, Flow) else out
+            sending.sent(made.request_id, made.total)
+            return out
 
     def _submit(
         self, tasks: Iterable[Any], handler: str, request_id: str | None, seal: bool,
@@ -201,10 +209,7 @@ class Producer(QueueBase):
         """
         args = (parent_id, tasks, handler, request_id, options)
         if traceparent is None and tracehook.SENDING is not None:
-            with tracehook.SENDING(self.name) as sending:
-                out = self._submit_after(*args, sending.traceparent)
-                sending.sent(out.request_id, out.total)
-                return out
+            return self._sent(self._submit_after, args)
         return self._submit_after(*args, check_traceparent(traceparent or ""))
 
     def _submit_after(self, parent_id: str, tasks: Iterable[Any], handler: str,
@@ -259,10 +264,7 @@ class Producer(QueueBase):
         args = (tasks, handler, then, record, unique_key, unique_scope, on_duplicate,
                 request_id, seal, run_at, delay, options)
         if traceparent is None and tracehook.SENDING is not None:
-            with tracehook.SENDING(self.name) as sending:
-                out = self._flow(*args, sending.traceparent)
-                sending.sent(out.request.request_id, out.request.total)
-                return out
+            return self._sent(self._flow, args)
         return self._flow(*args, check_traceparent(traceparent or ""))
 
     def _flow(
