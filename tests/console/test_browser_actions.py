@@ -200,7 +200,8 @@ def test_pause_asks_first_then_pauses_and_the_banner_resumes(
         # ago; the next one shows the banner.
         until(lambda: page.reload() and page.locator("#paused-banner").count(), 10,
               "the paused banner")
-        page.locator("#paused-banner button", has_text="Resume").click()
+        with page.expect_navigation():  # its form's answer, before the reloads below
+            page.locator("#paused-banner button", has_text="Resume").click()
         until(lambda: page.reload() and not page.locator("#paused-banner").count(), 10,
               "the banner gone")
     finally:
