@@ -63,12 +63,15 @@ def chaos(payload: dict[str, Any], ctx: TaskContext) -> None:
 
 @handler("tracked")
 def tracked(payload: dict[str, Any], ctx: TaskContext) -> None:
-    """Payload {"k": key base, "seconds": S, "retry_seconds": S2 (optional)}: logs
-    "start <task> <attempt> <worker>" to the list <k>:log, works S seconds (S2 on a
-    redelivery) checking for cancellation, then logs "end <task> <attempt> <worker>"."""
+    """Payload {"k": key base, "seconds": S, "retry_seconds": S2 (optional), "tag": T
+    (optional)}: logs "start <task> <attempt> <worker>[ <tag>]" to the list <k>:log, works S
+    seconds (S2 on a redelivery) checking for cancellation, then logs "end <task> <attempt>
+    <worker>[ <tag>]"."""
     r = ctx.queue.redis
     log = f"{payload['k']}:log"
-    r.rpush(log, f"start {ctx.task_id} {ctx.attempt} {ctx.worker}")
+    who = f"{ctx.task_id} {ctx.attempt} {ctx.worker}" + (f" {payload['tag']}" if "tag" in payload
+                                                          else "")
+    r.rpush(log, f"start {who}")
     seconds = float(payload["seconds"])
     if ctx.attempt > 1 and "retry_seconds" in payload:
         seconds = float(payload["retry_seconds"])
@@ -76,7 +79,7 @@ def tracked(payload: dict[str, Any], ctx: TaskContext) -> None:
     while (left := deadline - time.monotonic()) > 0:
         ctx.check()
         time.sleep(min(left, 0.05))
-    r.rpush(log, f"end {ctx.task_id} {ctx.attempt} {ctx.worker}")
+    r.rpush(log, f"end {who}")
 
 
 @handler("pause")

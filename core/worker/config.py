@@ -11,6 +11,7 @@ from .heartbeat import default_name
 
 FAST_BATCH_S = 0.002  # a batch this quick per task may grow
 SLOW_TASK_S = 0.05  # a task this slow sends the batch back to one
+GIVE_BACK_S = 0.1  # a task running this long gives back the tasks leased behind it
 # Redis unreachable or answering with an error for now: log once, back off, carry on.
 PASSING = (RedisUnavailable, RedisReplyError)
 ACK_FLUSH_S = 0.02  # a finished task's ack waits at most this long for the rest of its batch

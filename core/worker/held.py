@@ -1,11 +1,31 @@
-"""The leases a worker process holds right now, shared by its slots and its heartbeat."""
+"""The leases a worker process holds right now, shared by its slots and its heartbeat, and
+the batches its slots are running."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from .context import TaskContext
+
+if TYPE_CHECKING:
+    from core.queue import Queue
+
+
+class Batch:
+    """Tasks one slot leased in one call, run in order. `at` is the index of the task that
+    runs (or ran last) and `since` when it started (monotonic, 0 before the first); both are
+    set under the worker's start lock, so that a task running long can give back the ones
+    behind it that no slot has started (Worker._give_back_behind_slow)."""
+
+    __slots__ = ("at", "ctxs", "queue", "since")
+
+    def __init__(self, queue: Queue, ctxs: list[TaskContext]) -> None:
+        self.queue = queue
+        self.ctxs = ctxs
+        self.at = -1
+        self.since = 0.0
 
 
 class Held:

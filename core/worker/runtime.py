@@ -37,7 +37,7 @@ from .config import (
 )
 from .context import TaskContext
 from .heartbeat import Heartbeat
-from .held import Held
+from .held import Batch, Held
 from .outage import Outage
 from .registry import Registry, default_registry
 from .running import TaskRuns
@@ -84,6 +84,7 @@ class Worker(TaskRuns, Shutdown):
         # A leased task is started by its slot or given back unstarted by the main thread's
         # stop, whichever decides first under this lock (_begin, _give_back), never both.
         self._start_lock = threading.Lock()
+        self._batches: set[Batch] = set()  # what each slot runs (under _start_lock)
         self._busy = 0  # slots inside _run_batch (under _count_lock)
         self.abandoned = 0  # handlers still running when run() returned (see STOP_WAIT_S)
         self._started = time.time()
@@ -336,18 +337,20 @@ class Worker(TaskRuns, Shutdown):
 
     def _timed_batch(self, slot: int, queue: Queue, got: list[Lease], acks: PendingAcks,
                      sent: float) -> float:
-        """Run a leased batch in the slot; returns the time per task (s)."""
+        """Run a leased batch in the slot; returns the time per task started (s), so that a
+        slow task whose batch was given back sends the next batch back to one."""
         started = time.perf_counter()
         self.usage.busy(slot)
         with self._count_lock:
             self._busy += 1
+        ran = 0
         try:
-            self._run_batch(queue, got, acks, sent)
+            ran = self._run_batch(queue, got, acks, sent)
         finally:
             with self._count_lock:
                 self._busy -= 1
             self.usage.idle(slot)
-        return (time.perf_counter() - started) / len(got)
+        return (time.perf_counter() - started) / max(ran, 1)
 
     def _reserve(self, batch: int) -> int:
         """How many tasks this slot may lease now; with --max-tasks, reserved under the lock so
@@ -421,24 +424,33 @@ class Worker(TaskRuns, Shutdown):
         except PASSING:
             return False
 
-    def _run_batch(self, q: Queue, leases: list[Lease], acks: PendingAcks, sent: float) -> None:
-        """Run leased tasks in order. `sent`: when the call that leased them was sent (monotonic),
-        so each lease is known to be held until sent + its length, unless renewed since."""
+    def _run_batch(self, q: Queue, leases: list[Lease], acks: PendingAcks, sent: float) -> int:
+        """Run leased tasks in order; returns how many started. `sent`: when the call that
+        leased them was sent (monotonic), so each lease is known to be held until sent + its
+        length, unless renewed since."""
         ctxs = [TaskContext(lease, q, self.name, sent + lease.lease_ms / 1000) for lease in leases]
         self.held.add(q.name, ctxs)
         self.heartbeat.beater.hold(q.name, ctxs)  # renewed from now on, whatever the handler does
-        for i, ctx in enumerate(ctxs):
-            if ctx.cancelled:
-                self._give_back(q, [ctx])
-                continue
-            if not self._begin(ctx):
-                # Stopping or quiet: prefetched tasks not started yet go back at once, not
-                # counted as attempts.
-                self._give_back(q, ctxs[i:])
-                return
-            if not self._still_held(q, ctx):
-                continue
-            self._run_one(q, ctx, acks)
+        batch = Batch(q, ctxs)
+        with self._start_lock:
+            self._batches.add(batch)
+        try:
+            for i, ctx in enumerate(ctxs):
+                if ctx.cancelled:
+                    self._give_back(q, [ctx])
+                    continue
+                if not self._begin(ctx, batch, i):
+                    # Stopping, quiet, or given back behind a slow task: the tasks not started
+                    # yet go back at once, not counted as attempts.
+                    self._give_back(q, ctxs[i:])
+                    break
+                if not self._still_held(q, ctx):
+                    continue
+                self._run_one(q, ctx, acks)
+        finally:
+            with self._start_lock:
+                self._batches.discard(batch)
+        return sum(c.started for c in ctxs)
 
     def _send_tallies(self, *, force: bool = False) -> None:
         """Send the metrics tallied for a second (all of them with `force`) that no slot's
@@ -452,10 +464,11 @@ class Worker(TaskRuns, Shutdown):
                                 q.name, self.name, exc)
 
     def _flush_loop(self) -> None:
-        """Send acks that waited more than ACK_FLUSH_S for their slot's next call, and the
-        metrics tallied for a second."""
+        """Give back tasks waiting behind a slow one, send acks that waited more than
+        ACK_FLUSH_S for their slot's next call, and the metrics tallied for a second."""
         queues = {q.name: q for q in self.queues}
         while not self._flusher_done.wait(ACK_FLUSH_S):
+            self._give_back_behind_slow()
             self._send_tallies()
             for pending in self._acks:
                 for name, taken in pending.take_older_than(ACK_FLUSH_S).items():

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from core.queue import Queue, RedisUnavailable
 
-from .config import STOP_WAIT_S
+from .config import GIVE_BACK_S, STOP_WAIT_S
 from .context import TaskContext
 
 if TYPE_CHECKING:
@@ -20,13 +20,14 @@ if TYPE_CHECKING:
     from typing import Any
 
     from .acks import PendingAcks
-    from .held import Held
+    from .held import Batch, Held
 
 log = logging.getLogger("queueadmin.worker")
 
 
 class Shutdown:
-    """The part of Worker (a mixin) that decides what a stopping worker gives back."""
+    """The part of Worker (a mixin) that decides which leased tasks a worker gives back
+    unstarted: all of them when it stops or is quieted, those behind a slow task otherwise."""
 
     queues: list[Queue]
     name: str
@@ -37,6 +38,7 @@ class Shutdown:
     _count_lock: threading.Lock
     _busy: int
     _acks: list[PendingAcks]
+    _batches: set[Batch]  # the batches the slots are running (under _start_lock)
 
     if TYPE_CHECKING:
         def _finish(self, q: Queue, ctxs: list[TaskContext],
@@ -59,13 +61,38 @@ class Shutdown:
                     return
             time.sleep(0.01)
 
-    def _begin(self, ctx: TaskContext) -> bool:
-        """Start `ctx` unless the worker is stopping or quiet, or it was given back."""
+    def _begin(self, ctx: TaskContext, batch: Batch, at: int) -> bool:
+        """Start `ctx`, task `at` of `batch`, unless the worker is stopping or quiet, or it was
+        given back."""
         with self._start_lock:
             if self.stopping.is_set() or self.quiet.is_set() or ctx.given_back:
                 return False
             ctx.started = True
+            batch.at, batch.since = at, time.monotonic()
             return True
+
+    def _give_back_behind_slow(self) -> None:
+        """Give back, unstarted, the tasks a slot leased behind one that has run GIVE_BACK_S,
+        so that idle slots and workers run them now rather than after it: a batch grows while
+        its tasks are quick, and the next task may not be. Not attempts; the release hands
+        them straight to idle workers."""
+        now = time.monotonic()
+        behind: list[tuple[Batch, list[TaskContext]]] = []
+        with self._start_lock:
+            for batch in self._batches:
+                if batch.since and now - batch.since >= GIVE_BACK_S:
+                    tail = [c for c in batch.ctxs[batch.at + 1:]
+                            if not c.started and not c.given_back]
+                    for ctx in tail:
+                        ctx.given_back = True
+                    if tail:
+                        behind.append((batch, tail))
+        for batch, tail in behind:
+            slow = batch.ctxs[batch.at]
+            log.debug("gave back %d tasks leased behind a slow one queue=%s request=%s task=%s "
+                      "worker=%s", len(tail), batch.queue.name, slow.request_id, slow.task_id,
+                      self.name)
+            self._finish(batch.queue, tail, batch.queue.release)
 
     def _give_back(self, q: Queue, ctxs: list[TaskContext]) -> None:
         """Release the tasks of `ctxs` that no slot has started (or will): not attempts."""

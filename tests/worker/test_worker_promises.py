@@ -261,6 +261,62 @@ def test_a_finished_tasks_ack_does_not_wait_for_the_rest_of_its_batch(
     worker._flusher_done.set()
 
 
+def test_tasks_leased_behind_a_slow_one_are_given_back_for_others_to_run(
+    live_queue: Queue, prefix: str
+) -> None:
+    """Was: a slot ran its leased batch in order, so the tasks prefetched behind a slow one
+    waited for it (up to 63, with --prefetch 64) while other slots and workers idled."""
+    k = f"{prefix}:t"
+    live_queue.submit([{"k": k, "seconds": 2}] + [{"k": k, "seconds": 0}] * 4, request_id="r",
+                      handler="tracked", concurrency=5)
+    worker = Worker([live_queue], WorkerConfig(name="w", dead_after=2, heartbeat="thread"))
+    leases = live_queue.dequeue("w", 5)
+    assert [x.payload["seconds"] for x in leases] == [2, 0, 0, 0, 0]
+    worker._flusher.start()
+    ran: list[int] = []
+    t = threading.Thread(target=lambda: ran.append(worker._run_batch(
+        live_queue, leases, worker._acks[0], time.monotonic())), daemon=True)
+    t.start()
+    try:
+        taken: list[Any] = []
+        deadline = time.monotonic() + 1.5
+        while time.monotonic() < deadline and len(taken) < 4:
+            taken += live_queue.dequeue("other", 4)
+            time.sleep(0.02)
+        # Back to waiting while the slow task runs, not counted as attempts.
+        assert sorted(x.task_id for x in taken) == sorted(x.task_id for x in leases[1:])
+        assert {x.attempt for x in taken} == {1}
+        assert task_log(live_queue, k) == [f"start {leases[0].task_id} 1 w"]
+        t.join(5)
+        assert ran == [1], "the slot ran what it gave back, or miscounted it"
+        assert task_log(live_queue, k) == [f"start {leases[0].task_id} 1 w",
+                                           f"end {leases[0].task_id} 1 w"]
+        released = [e for e in events(live_queue, "released") if e["request"] == "r"]
+        assert len(released) == 4, released
+    finally:
+        worker._flusher_done.set()
+
+
+@pytest.mark.slow  # 4 s: a worker process's slot grows its batch, then meets a 3 s task
+def test_a_worker_runs_the_quick_tasks_behind_a_slow_one_on_its_other_slot(
+    live_queue: Queue, spawn_worker: Any, prefix: str
+) -> None:
+    """End to end: 300 quick tasks grow each slot's batch toward --prefetch 64, then one of
+    3 s and 200 quick ones. Those leased behind the slow task go to the other slot, so every
+    quick task after it ends before it does."""
+    k = f"{prefix}:t"
+    quick = {"k": k, "seconds": 0}
+    live_queue.submit([quick] * 300 + [{"k": k, "seconds": 3, "tag": "slow"}] + [quick] * 200,
+                      request_id="r", handler="tracked")
+    spawn_worker("w1", "--slots", "2")
+    assert live_queue.wait("r", timeout=30) == "done"
+    log = task_log(live_queue, k)
+    assert len(log) == 2 * 501, "a task ran twice or not at all"
+    slow_end = log.index(next(line for line in log if line.startswith("end ") and "slow" in line))
+    late = [line for line in log[slow_end + 1:] if line.startswith("end ")]
+    assert late == [], f"{len(late)} quick tasks ended after the slow one: {late[:3]}"
+
+
 def test_a_handoff_whose_lease_expired_before_pickup_is_not_run(
     live_queue: Queue, prefix: str, caplog: pytest.LogCaptureFixture
 ) -> None:
