@@ -7,6 +7,7 @@ imports a fixture by name."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import Iterator
@@ -327,22 +328,58 @@ def wait_until() -> Any:
 RESULT_LIMIT = "4m"  # the test server's spark.driver.maxResultSize
 
 
+def _run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder the whole run shares: the controller's base folder under pytest-xdist (each
+    test process has a subfolder of it), this process's own otherwise."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+SERVER_RECORD = "spark-connect.json"  # in the run's folder: the shared server's url and pid
+
+
 @pytest.fixture(scope="session")
 def connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The run's Spark Connect server, started as the stack starts its own (core.pipeline.server,
-    with the project's reader jar; local[2], one shuffle partition), once per test process, at
-    the first test that asks (the pipeline's, and the browser tests of data jobs, whose stack
-    runs its jobs there). SPARK_REMOTE points this process's tasks and the workers it spawns
-    at it."""
-    import subprocess
+    with the project's reader jar; local[2], one shuffle partition) at the first test that asks
+    (the pipeline's, and the browser tests of data jobs, whose stack runs its jobs there), and
+    shared by the run's test processes: one JVM to start and warm instead of one per process
+    (each cost 60-90 s of CPU over a run). The first process starts it under a file lock and
+    records it; pytest_sessionfinish stops it once every process is done. SPARK_REMOTE points
+    this process's tasks and the workers it spawns at it."""
+    import fcntl
+    import json
 
     from django.conf import settings
+
+    shared = _run_dir(tmp_path_factory)
+    record = shared / SERVER_RECORD
+    with open(shared / "spark-connect.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if record.exists():
+            url = json.loads(record.read_text())["url"]
+        else:
+            url, pid = _start_connect_server(shared / "spark-connect")
+            record.write_text(json.dumps({"url": url, "pid": pid}))
+    saved = settings.SPARK_REMOTE, os.environ.get("SPARK_REMOTE")
+    settings.SPARK_REMOTE = os.environ["SPARK_REMOTE"] = url
+    yield url
+    settings.SPARK_REMOTE = saved[0]
+    if saved[1] is None:
+        os.environ.pop("SPARK_REMOTE", None)
+    else:
+        os.environ["SPARK_REMOTE"] = saved[1]
+
+
+def _start_connect_server(work: Path) -> tuple[str, int]:
+    """Start the test server in `work`; its url and pid once it listens."""
+    import subprocess
 
     from core.pipeline import classes, jvm, server
     from core.procs import free_port, wait_listening
     from tests.pipeline_support import TEST_JAVA_OPTIONS, jar_dir
 
-    work = tmp_path_factory.mktemp("spark-connect")
+    work.mkdir(parents=True, exist_ok=True)
     config = server.ServerConfig(
         port=free_port(), local_dir=work / "local", memory="1g",
         jar=jvm.ensure_jar(jar_dir()), cores="2", class_archive=classes.usable(),
@@ -356,26 +393,47 @@ def connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         proc = subprocess.Popen(server.argv(config), env=server.env(), cwd=work,
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
+    if not wait_listening("127.0.0.1", config.port, timeout=180,
+                          alive=lambda: proc.poll() is None):
+        _stop_pid(proc.pid)
+        raise RuntimeError(f"the test Spark Connect server did not start:\n"
+                           f"{log.read_text(errors='replace')[-3000:]}")
+    return config.url, proc.pid
+
+
+def _stop_pid(pid: int) -> None:
+    """Stop a server started in a session of its own: SIGTERM, then SIGKILL after 30 s."""
+    import signal
+    import time
+
     try:
-        if not wait_listening("127.0.0.1", config.port, timeout=180,
-                              alive=lambda: proc.poll() is None):
-            raise RuntimeError(f"the test Spark Connect server did not start:\n"
-                               f"{log.read_text(errors='replace')[-3000:]}")
-        saved = settings.SPARK_REMOTE, os.environ.get("SPARK_REMOTE")
-        settings.SPARK_REMOTE = os.environ["SPARK_REMOTE"] = config.url
-        yield config.url
-        settings.SPARK_REMOTE = saved[0]
-        if saved[1] is None:
-            os.environ.pop("SPARK_REMOTE", None)
-        else:
-            os.environ["SPARK_REMOTE"] = saved[1]
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            os.kill(pid, 0)
+            with contextlib.suppress(ChildProcessError):
+                if os.waitpid(pid, os.WNOHANG)[0]:
+                    return
+            time.sleep(0.1)
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """In the controller (or the one process): stop the run's shared Spark Connect server,
+    every test process being done with it."""
+    import json
+
+    if hasattr(session.config, "workerinput"):
+        return  # a pytest-xdist test process: the controller stops it
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    if factory is None:
+        return
+    record = factory.getbasetemp() / SERVER_RECORD
+    if record.exists():
+        _stop_pid(json.loads(record.read_text())["pid"])
+        record.unlink()
 
 
 # -- Redis Cluster -------------------------------------------------------------------------
