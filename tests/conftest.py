@@ -406,18 +406,18 @@ def _stop_pid(pid: int) -> None:
     import signal
     import time
 
-    try:
+    from core.procs import pid_alive
+
+    with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            os.kill(pid, 0)
-            with contextlib.suppress(ChildProcessError):
-                if os.waitpid(pid, os.WNOHANG)[0]:
-                    return
-            time.sleep(0.1)
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        return
+    deadline = time.monotonic() + 30
+    while pid_alive(pid) and time.monotonic() < deadline:
+        with contextlib.suppress(ChildProcessError):  # reaped here when this process started it
+            os.waitpid(pid, os.WNOHANG)
+        time.sleep(0.1)
+    if pid_alive(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -25,6 +25,15 @@ if TYPE_CHECKING:
 log = logging.getLogger("queueadmin.worker")
 
 
+def _taken_back(ctxs: list[TaskContext]) -> list[TaskContext]:
+    """Mark the tasks of `ctxs` that no slot has started (nor given back) as given back, and
+    return them; called under the worker's start lock, so that _begin then refuses them."""
+    unstarted = [c for c in ctxs if not c.started and not c.given_back]
+    for ctx in unstarted:
+        ctx.given_back = True
+    return unstarted
+
+
 class Shutdown:
     """The part of Worker (a mixin) that decides which leased tasks a worker gives back
     unstarted: all of them when it stops or is quieted, those behind a slow task otherwise."""
@@ -81,10 +90,7 @@ class Shutdown:
         with self._start_lock:
             for batch in self._batches:
                 if batch.since and now - batch.since >= GIVE_BACK_S:
-                    tail = [c for c in batch.ctxs[batch.at + 1:]
-                            if not c.started and not c.given_back]
-                    for ctx in tail:
-                        ctx.given_back = True
+                    tail = _taken_back(batch.ctxs[batch.at + 1:])
                     if tail:
                         behind.append((batch, tail))
         for batch, tail in behind:
@@ -97,9 +103,7 @@ class Shutdown:
     def _give_back(self, q: Queue, ctxs: list[TaskContext]) -> None:
         """Release the tasks of `ctxs` that no slot has started (or will): not attempts."""
         with self._start_lock:
-            unstarted = [c for c in ctxs if not c.started and not c.given_back]
-            for ctx in unstarted:
-                ctx.given_back = True
+            unstarted = _taken_back(ctxs)
         if unstarted:
             self._finish(q, unstarted, q.release)
 
@@ -116,10 +120,7 @@ class Shutdown:
                                            durations=[d for a in taken for d in a.durations])
                     self._settle(q, finished, accepted)
             with self._start_lock:
-                unstarted = [c for c in self.held.snapshot().get(q.name, [])
-                             if not c.started and not c.given_back]
-                for ctx in unstarted:
-                    ctx.given_back = True
+                unstarted = _taken_back(self.held.snapshot().get(q.name, []))
             if not unstarted:
                 continue
             tokens = [c.lease.lease for c in unstarted]
