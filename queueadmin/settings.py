@@ -70,6 +70,9 @@ QA_DATAJOB_CONCURRENCY  chunks of one data job that run at once unless its --con
 QA_DATA_ROOTS  comma-separated folders (or URL prefixes) data jobs may read (default:
                var/sample,var/data); outputs are readable too
 QA_OUTPUT_ROOTS  comma-separated folders data jobs may write into (default: var/out)
+QA_CHECK_CACHE  the folder where `datajob submit` keeps the answers of its checks, so that a
+               job submitted again over the same files is checked without reading their
+               metadata or parsing its SQL again (default var/cache/checks); "off": none kept
 SPARK_SHUFFLE_PARTITIONS  spark.sql.shuffle.partitions of the workers' sessions (default:
                the cores of local[N] / local[*], else 8; chunks are small; raise it for big
                combine steps on a cluster)
@@ -243,6 +246,10 @@ SPARK_CONF = os.environ.get("SPARK_CONF", "")  # parsed (and refused) by core.pi
 # the secret key, the admin password and the database.
 DATA_ROOTS = _env_list("QA_DATA_ROOTS", f"{VAR_DIR / 'sample'},{VAR_DIR / 'data'}")
 OUTPUT_ROOTS = _env_list("QA_OUTPUT_ROOTS", str(VAR_DIR / "out"))
+# What data jobs' submit-time checks found (core/pipeline/checkcache.py); None: nothing kept.
+_check_cache = os.environ.get("QA_CHECK_CACHE", "").strip()
+CHECK_CACHE_DIR = (None if _check_cache.lower() == "off"
+                   else Path(_check_cache) if _check_cache else VAR_DIR / "cache" / "checks")
 
 # The supervisor (`runstack`).
 WEB_HOST = os.environ.get("HOST") or "127.0.0.1"

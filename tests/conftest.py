@@ -82,6 +82,22 @@ def data_roots(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 @pytest.fixture(scope="session", autouse=True)
+def check_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """What data jobs' submit-time checks found is kept in the run's temporary folder (not in
+    the checkout's var/), in-process and in the commands the tests start; it stays on, as in
+    production."""
+    from django.conf import settings
+
+    folder = tmp_path_factory.getbasetemp() / "check-cache"
+    saved = settings.CHECK_CACHE_DIR
+    settings.CHECK_CACHE_DIR = folder
+    os.environ["QA_CHECK_CACHE"] = str(folder)
+    yield folder
+    settings.CHECK_CACHE_DIR = saved
+    os.environ.pop("QA_CHECK_CACHE", None)
+
+
+@pytest.fixture(scope="session", autouse=True)
 def spark_classes() -> Iterator[Path | None]:
     """The suite's Spark JVMs (its Connect servers, its stacks' servers, the workers' classic
     sessions) map the class archive `make test` made beside the virtualenv's PySpark (Makefile,

@@ -17,13 +17,13 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.queue.errors import InvalidInput
 from core.queue.keys import validate_id
 
+from . import checkcache, schema, transforms
 from . import roots as roots_
-from . import schema, sqlcheck, transforms
 from .jobs import check_size
 from .roots import DataRoots
 from .spec import (
@@ -40,7 +40,9 @@ from .spec import (
     view_format,
     written_by,
 )
-from .sqlcheck import CheckedSQL
+
+if TYPE_CHECKING:
+    from .sqlcheck import CheckedSQL, Schema
 
 MAX_PATH_CHARS = 4096
 MAX_NAME_CHARS = 255
@@ -103,8 +105,7 @@ def make_spec(
             raise SpecError(f"--output {spec.output} and {what} {path} overlap: a job cannot "
                             "write where it reads")
     check_output(spec)
-    checked = statements(spec, columns=True, unknown=(spec.input,) if missing else ())
-    partition_columns(spec, output_columns(checked))
+    partition_columns(spec, submit_columns(spec, unknown=(spec.input,) if missing else ()))
     check_size(spec)
     return spec
 
@@ -144,6 +145,20 @@ def _check_incremental(spec: JobSpec) -> None:
     if not is_local(spec.input):
         raise SpecError(f"--incremental needs a local input (its files' sizes, times and "
                         f"footers are read here): {spec.input} is not one")
+
+
+def submit_columns(spec: JobSpec, *, unknown: tuple[str, ...] = ()) -> tuple[str, ...] | None:
+    """The submit's check of the job's statements against its files' metadata (SQLRefused,
+    SpecError when refused), and the output's columns it found (output_columns). The answer of
+    an earlier submit of the same statements over the same files is reused: a command then
+    imports neither pyarrow nor sqlglot (checkcache)."""
+    k = checkcache.key(spec, unknown)
+    if k is not None and (found := checkcache.get(k)) is not None:
+        return found.columns
+    columns = output_columns(statements(spec, columns=True, unknown=unknown))
+    if k is not None:
+        checkcache.put(k, columns)
+    return columns
 
 
 def output_columns(checked: Statements) -> tuple[str, ...] | None:
@@ -258,7 +273,9 @@ def statements(spec: JobSpec, *, columns: bool, unknown: tuple[str, ...] = ()) -
     """The job's checked statements (SQLRefused if one may not run). With `columns`, their
     columns are resolved against the input's and views' metadata (submit; not those of the
     paths `unknown`, which may not exist yet); the worker's check leaves that to Spark."""
-    def cols(path: str, fmt: str, view: bool = False) -> sqlcheck.Schema | None:
+    from . import sqlcheck  # sqlglot: imported by the checks that parse, not by every command
+
+    def cols(path: str, fmt: str, view: bool = False) -> Schema | None:
         return schema.columns_of(path, fmt, view=view) if columns and path not in unknown \
             else None
 

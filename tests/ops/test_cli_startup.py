@@ -1,7 +1,8 @@
 """A command-line tool answers at once (STYLE.md): a command imports what it uses, when it
 uses it. `submit` and `queuestat`, run for real, never import the data pipeline or sqlglot
 (nor the console's views, which Django's system checks would import through the URLconf);
-no command's `--help` imports a heavy module. Each runs in a fresh interpreter with
+no command's `--help` imports a heavy module; a data job submitted again over the same file
+imports neither pyarrow nor sqlglot. Each runs in a fresh interpreter with
 `python -X importtime`, which lists every module imported, so a top-level import added to any
 module on a command's way fails here."""
 
@@ -46,7 +47,7 @@ def test_imported_reads_what_a_command_imports() -> None:
     done, modules = imported(["datajob", "submit", "--input", "/nonexistent/x.csv", "--sql",
                               "SELECT * FROM chunk", "--output", "/nonexistent/out"])
     assert done.returncode == 2, done.stderr
-    assert {"core.pipeline.submission", "sqlglot", "django", "core.cli.datajob"} <= modules
+    assert {"core.pipeline.submission", "django", "core.cli.datajob"} <= modules
 
 
 def test_submit_imports_neither_the_pipeline_nor_sqlglot(
@@ -93,3 +94,32 @@ def test_a_commands_help_imports_nothing_heavy(command: str) -> None:
                          "core.pipeline.reports"}
                         if command == "datajob" else ())
     assert heavy(modules, allowed=allowed) == []
+
+
+def test_a_data_job_submitted_again_over_the_same_file_imports_neither_pyarrow_nor_sqlglot(
+    redis_server: RedisServer, prefix: str, tmp_path: Path
+) -> None:
+    """The first submit reads the file's columns (pyarrow) and checks the SQL (sqlglot); the
+    next, of the same job over the same file, is answered by what the first kept
+    (core/pipeline/checkcache.py)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    data = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"a": ["x", "y"], "b": [1, 2]}), data)
+    env = {"REDIS_URL": redis_server.url, "QUEUE_PREFIX": prefix,
+           "QA_CHECK_CACHE": str(tmp_path / "kept")}
+
+    runs = []
+    for n in range(2):
+        done, modules = imported(
+            ["datajob", "submit", "--input", str(data), "--format", "parquet",
+             "--sql", "SELECT a, sum(b) AS total FROM chunk GROUP BY a",
+             "--output", str(tmp_path / f"out{n}"), "--request-id", f"job{n}"], **env)
+        assert (done.returncode, done.stdout) == (0, f"job{n}\n"), done.stderr
+        runs.append(modules)
+
+    assert {"sqlglot", "pyarrow"} <= runs[0]
+    assert "core.pipeline.check" in runs[1]
+    assert heavy(runs[1], allowed=frozenset(m for m in runs[1] if m.startswith(
+        "core.pipeline"))) == []
