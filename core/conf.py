@@ -7,14 +7,16 @@ can change REDIS_URL / QUEUE_PREFIX and the next call follows.
 from __future__ import annotations
 
 import threading
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
-import redis
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from core.queue import InvalidInput, Queue, RedisUnavailable
 from core.queue.connect import Client, connect, redacted, seeds
+
+if TYPE_CHECKING:
+    import redis
 
 __all__ = ["DEFAULT_QUEUE", "get_queue", "redacted", "redis_client"]
 
@@ -52,7 +54,7 @@ def redis_client(url: str | None = None) -> Client:
 def get_queue(name: str | None = None) -> Queue:
     """The queue `name` ("default" if None) on settings.REDIS_URL under settings.QUEUE_PREFIX."""
     # The cast until QueueBase's annotation names RedisCluster, which it already accepts.
-    client = cast(redis.Redis, redis_client())
+    client = cast("redis.Redis", redis_client())
     return Queue(client, name or DEFAULT_QUEUE, prefix=settings.QUEUE_PREFIX,
                  max_result_bytes=settings.QUEUE_MAX_RESULT_BYTES,
                  metrics=getattr(settings, "HANDLER_METRICS", True))

@@ -4,6 +4,9 @@ fair share, fan-out with completion tracking, leases, retries and dead letters.
 Imports nothing from Django, so producers in other services can use it as it is.
 """
 
+# isort: off
+from . import redispy  # noqa: F401  first: redis-py without OpenTelemetry's metrics SDK
+# isort: on
 from . import handlers
 from .client import Queue
 from .errors import (

@@ -22,10 +22,13 @@ from core.stack.redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parents[2]
 IMPORTED = re.compile(r"^import time:\s+\d+ \|\s+\d+ \|\s*(\S+)$", re.M)
-# What only a data job's checks (sqlglot, file metadata), its Spark, the console's pages or the
-# HTTP API (django-ninja and pydantic: the URLconf's, not an installed app) need.
+# What only a data job's checks (sqlglot, file metadata), its Spark, the console's pages, the
+# HTTP API (django-ninja and pydantic: the URLconf's, not an installed app) or tracing need.
 HEAVY = ("core.pipeline", "sqlglot", "pandas", "pyarrow", "numpy", "pyspark", "core.views",
-         "ninja", "pydantic")
+         "ninja", "pydantic", "opentelemetry")
+# What redis-py tries to import for its own metrics, answered "not installed" by the engine
+# (core/queue/redispy.py): listed by -X importtime, never loaded.
+TRIED = frozenset({"opentelemetry.sdk.metrics", "opentelemetry.metrics"})
 
 
 def imported(args: list[str], **env: str) -> tuple[subprocess.CompletedProcess[str], set[str]]:
@@ -38,7 +41,7 @@ def imported(args: list[str], **env: str) -> tuple[subprocess.CompletedProcess[s
 
 
 def heavy(modules: set[str], *, allowed: frozenset[str] = frozenset()) -> list[str]:
-    return sorted(m for m in modules - allowed
+    return sorted(m for m in modules - allowed - TRIED
                   if any(m == h or m.startswith(f"{h}.") for h in HEAVY))
 
 
