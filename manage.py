@@ -2,7 +2,7 @@
 """Django's command-line utility in a checkout: the `queueadmin` command that an installed
 wheel puts on PATH (queueadmin/main.py)."""
 
-from queueadmin.main import main
+from queueadmin.main import run
 
 if __name__ == "__main__":
-    main()
+    run()

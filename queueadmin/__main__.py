@@ -2,6 +2,6 @@
 its services this way, so that they need neither a checkout's manage.py nor the script on
 PATH."""
 
-from queueadmin.main import main
+from queueadmin.main import run
 
-main()
+run()

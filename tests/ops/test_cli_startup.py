@@ -126,3 +126,21 @@ def test_a_data_job_submitted_again_over_the_same_file_imports_neither_pyarrow_n
     assert "core.pipeline.check" in runs[1]
     assert heavy(runs[1], allowed=frozenset(m for m in runs[1] if m.startswith(
         "core.pipeline"))) == []
+
+
+@pytest.mark.parametrize(("args", "status"), [(["help"], 0), (["submit", "{"], 2)])
+def test_a_command_leaves_its_objects_to_the_process_exit_and_still_runs_atexit(
+        args: list[str], status: int) -> None:
+    """queueadmin.main.run (manage.py's, the script's) freezes the objects a command made on
+    its way out, so the interpreter's teardown skips collecting them; the atexit handlers
+    (logging's, tracing's flush) still run, and the exit status is the command's."""
+    code = ("import atexit, gc, sys\n"
+            "atexit.register(lambda: print('atexit: frozen', gc.get_freeze_count() > 0))\n"
+            f"sys.argv = ['manage.py', *{args!r}]\n"
+            "from queueadmin.main import run\n"
+            "run()\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+
+    assert done.returncode == status, done.stderr
+    assert done.stdout.endswith("atexit: frozen True\n")
