@@ -20,6 +20,9 @@ QA_REDIS_FSYNC appendfsync of the embedded redis-server: always (default) or eve
 QA_HANDLER_MODULES  comma-separated modules whose import registers task handlers, loaded by
                every `runworker` (besides core.worker.builtins and, for data jobs,
                core.pipeline.tasks)
+QA_REDIS_OTEL_METRICS  "1": redis-py imported as it is, its own OpenTelemetry metrics available
+               (read by core/queue/redispy.py when the engine is imported, before any setting:
+               the engine imports redis-py without them otherwise)
 QA_HANDLER_METRICS  "off": the engine keeps no per-handler metrics for this process's acks,
                fails and reaps (default on; see docs/console.md, Handlers)
 METRICS_TOKEN  bearer token that /metrics requires (unset: /metrics answers 404)
