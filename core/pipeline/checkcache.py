@@ -59,7 +59,10 @@ class Cached(NamedTuple):
 
 def key(spec: JobSpec, unknown: tuple[str, ...] = ()) -> dict[str, Any] | None:
     """What the submit's check of `spec` depends on (see the module's docstring), or None
-    when a file it would read cannot be identified (the check then says why)."""
+    when a file it would read cannot be identified (the check then says why), or when no
+    answers are kept."""
+    if settings.CHECK_CACHE_DIR is None:
+        return None
     files: dict[str, list[Any]] = {}
     for what, path, fmt in [("input", spec.input, spec.format),
                             *((f"view {n}", p, view_format(p))
