@@ -19,6 +19,7 @@ from django.core.management import get_commands
 
 from core.queue import Queue, handlers
 from core.stack.redis_server import RedisServer
+from tests.stack_support import migrated_sqlite
 
 ROOT = Path(__file__).resolve().parents[2]
 IMPORTED = re.compile(r"^import time:\s+\d+ \|\s+\d+ \|\s*(\S+)$", re.M)
@@ -31,10 +32,12 @@ HEAVY = ("core.pipeline", "sqlglot", "pandas", "pyarrow", "numpy", "pyspark", "c
 TRIED = frozenset({"opentelemetry.sdk.metrics", "opentelemetry.metrics"})
 
 
-def imported(args: list[str], **env: str) -> tuple[subprocess.CompletedProcess[str], set[str]]:
-    """Run `manage.py ARGS`; the process, and every module it imported."""
+def imported(args: list[str], drop: tuple[str, ...] = (), **env: str,
+             ) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+    """Run `manage.py ARGS` (without the variables `drop`); the process, and every module it
+    imported."""
     base = {k: v for k, v in os.environ.items()
-            if k not in ("REDIS_URL", "QUEUE_PREFIX", "PYTHONIMPORTTIME")}
+            if k not in ("REDIS_URL", "QUEUE_PREFIX", "PYTHONIMPORTTIME", *drop)}
     done = subprocess.run([sys.executable, "-X", "importtime", "manage.py", *args], cwd=ROOT,
                           env={**base, **env}, capture_output=True, text=True, timeout=120)
     return done, set(IMPORTED.findall(done.stderr))
@@ -110,15 +113,19 @@ def test_a_data_job_submitted_again_over_the_same_file_imports_neither_pyarrow_n
 
     data = tmp_path / "t.parquet"
     pq.write_table(pa.table({"a": ["x", "y"], "b": [1, 2]}), data)
-    env = {"REDIS_URL": redis_server.url, "QUEUE_PREFIX": prefix,
-           "QA_CHECK_CACHE": str(tmp_path / "kept")}
+    # Its audit entry goes to a SQLite database of its own, also when the suite runs on
+    # PostgreSQL (a fresh checkout has no var/db.sqlite3).
+    migrated_sqlite(tmp_path / "var" / "db.sqlite3")
+    env = {"REDIS_URL": redis_server.url, "QUEUE_PREFIX": prefix, "SECRET_KEY": "cli-tests",
+           "QA_VAR_DIR": str(tmp_path / "var"), "QA_CHECK_CACHE": str(tmp_path / "kept")}
 
     runs = []
     for n in range(2):
         done, modules = imported(
             ["datajob", "submit", "--input", str(data), "--format", "parquet",
              "--sql", "SELECT a, sum(b) AS total FROM chunk GROUP BY a",
-             "--output", str(tmp_path / f"out{n}"), "--request-id", f"job{n}"], **env)
+             "--output", str(tmp_path / f"out{n}"), "--request-id", f"job{n}"],
+            drop=("DATABASE_URL",), **env)
         assert (done.returncode, done.stdout) == (0, f"job{n}\n"), done.stderr
         runs.append(modules)
 
