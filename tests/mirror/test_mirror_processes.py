@@ -143,14 +143,22 @@ def test_two_mirrors_of_one_group_write_each_event_once_across_a_kill_9_of_one(
     a = spawn(env, tmp_path / "a.log", "--consumer", "a")
     b = spawn(env, tmp_path / "b.log", "--consumer", "b", "--no-housekeeping")
     more: list[int] = []
-    a_frozen_holding_reads = frozen_holding_once_fed(
-        redis_client, q, a.pid, "a", more,
-        lambda: len(db_rows(database_url)) > STARTED and consumer_started(redis_client, q, "b"))
     try:
-        wait_until(a_frozen_holding_reads, 60, "a holding a read while b reads too")
-        a.send_signal(signal.SIGKILL)
-        a.wait(10)
-        assert pending_of(redis_client, q, "a"), "a had nothing pending when it was killed"
+        wait_until(lambda: len(db_rows(database_url)) > STARTED
+                   and consumer_started(redis_client, q, "b"), 60, "both mirrors at work")
+        # Then b is stopped (wherever it is: holding reads, or the database's write lock) until
+        # a holds reads of its own: on a loaded machine b could otherwise do all there is, fed
+        # or not, while a waited for the database's lock (seen: a retrying for 25 s).
+        b.send_signal(signal.SIGSTOP)
+        try:
+            wait_until(frozen_holding_once_fed(redis_client, q, a.pid, "a", more, lambda: True),
+                       60, "a holding a read while b holds the rest")
+            a.send_signal(signal.SIGKILL)
+            a.wait(10)
+            # Before b goes on: it claims what a held (pending over a second) at once.
+            assert pending_of(redis_client, q, "a"), "a had nothing pending when it was killed"
+        finally:
+            b.send_signal(signal.SIGCONT)
         submit_finished(q, 300, "s")  # the queue moves on meanwhile
         wait_until(lambda: events_lag(q).behind == 0, 120, "b to take over and catch up")
         assert pending_of(redis_client, q, "a") == 0  # b claimed them
