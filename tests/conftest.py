@@ -20,6 +20,7 @@ import redis
 
 from core.queue import Queue
 from core.stack.redis_server import RedisCluster, RedisServer, start_cluster, start_redis
+from tests.xdist_support import ModuleGroups, record_groups
 
 if TYPE_CHECKING:
     from django.test import Client
@@ -43,7 +44,7 @@ SPARK_FIXTURES = frozenset({"connect_url", "spark_standalone", "spark_connect"})
 BROWSER_FIXTURES = frozenset({"browser"})
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         used = set(getattr(item, "fixturenames", ()))
         if SPARK_FIXTURES & used:
@@ -53,10 +54,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.browser)
             item.add_marker(pytest.mark.slow)
     # The slow tests first, each group still in pytest-randomly's order (this hook runs after
-    # its shuffle): the test processes (pytest-xdist, handed one test at a time from this list:
-    # --maxschedchunk=1 in pyproject.toml) then end on short tests, and neither waits long for
-    # the other to finish a test of tens of seconds that the shuffle had put last.
+    # its shuffle): the test processes (pytest-xdist, handed one test, or one module's tests
+    # that share a module fixture, at a time from this list: tests/xdist_support.py) then end
+    # on short tests, and neither waits long for the other to finish a test of tens of seconds
+    # that the shuffle had put last.
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    record_groups(config, items)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """The controller's scheduler (tests/xdist_support.py), for the default distribution."""
+    return ModuleGroups(config, log) if config.getvalue("dist") == "load" else None
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

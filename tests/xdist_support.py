@@ -1,0 +1,58 @@
+"""Who runs which test under pytest-xdist: the slow tests of a module that share a fixture made
+once per module (a stack, a browser, a wheel) go to one test process as a unit; every other test
+is handed out on its own, in the list's order (tests/conftest.py puts the slow ones first).
+
+pytest-xdist's own `--dist loadgroup` does this from `xdist_group` marks by renaming the tests,
+which pytest 9 no longer lets it do: each of the three processes then made its own stack for
+one browser module (13-36 s each). Here the test processes write which tests share a module
+fixture to the run's folder as they collect, and the controller's scheduler (a
+`LoadScopeScheduling`, whose unit is a "scope") reads it before it hands anything out."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from xdist.scheduler import LoadScopeScheduling
+
+GROUPS = "xdist-groups.json"  # in the run's folder: {test id: its module's file}
+
+
+def uses_module_fixture(item: pytest.Item) -> bool:
+    """Whether the test uses (directly or through another) a fixture made once per module."""
+    info = getattr(item, "_fixtureinfo", None)
+    defs = info.name2fixturedefs.values() if info is not None else ()
+    return any(d.scope == "module" for chain in defs for d in chain)
+
+
+def record_groups(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In a test process: write the groups of the tests it collected (every process collects
+    the same; each writes the same file, atomically) to the run's folder."""
+    if not hasattr(config, "workerinput"):
+        return
+    groups = {item.nodeid: item.nodeid.split("::")[0] for item in items
+              if item.get_closest_marker("slow") is not None and uses_module_fixture(item)}
+    folder = config._tmp_path_factory.getbasetemp().parent  # type: ignore[attr-defined]
+    part = folder / f"{GROUPS}.{os.getpid()}"
+    part.write_text(json.dumps(groups))
+    part.replace(folder / GROUPS)
+
+
+class ModuleGroups(LoadScopeScheduling):  # type: ignore[misc]  # xdist has no types
+    """One unit per test, but one per module for the tests in the groups file."""
+
+    def __init__(self, config: pytest.Config, log: Any = None) -> None:
+        super().__init__(config, log)
+        self.groups: dict[str, str] = {}
+
+    def schedule(self) -> None:
+        if self.collection is None:  # the first call: every process has collected
+            path = Path(self.config._tmp_path_factory.getbasetemp()) / GROUPS
+            self.groups = json.loads(path.read_text()) if path.exists() else {}
+        super().schedule()
+
+    def _split_scope(self, nodeid: str) -> str:
+        return self.groups.get(nodeid, nodeid)
