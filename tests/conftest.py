@@ -20,7 +20,7 @@ import redis
 
 from core.queue import Queue
 from core.stack.redis_server import RedisCluster, RedisServer, start_cluster, start_redis
-from tests.xdist_support import ModuleGroups, record_groups
+from tests.xdist_support import ModuleGroups, record_groups, run_dir
 
 if TYPE_CHECKING:
     from django.test import Client
@@ -353,13 +353,6 @@ def wait_until() -> Any:
 RESULT_LIMIT = "4m"  # the test server's spark.driver.maxResultSize
 
 
-def _run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The folder the whole run shares: the controller's base folder under pytest-xdist (each
-    test process has a subfolder of it), this process's own otherwise."""
-    base = tmp_path_factory.getbasetemp()
-    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-
-
 SERVER_RECORD = "spark-connect.json"  # in the run's folder: the shared server's url and pid
 
 
@@ -377,7 +370,7 @@ def connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
     from django.conf import settings
 
-    shared = _run_dir(tmp_path_factory)
+    shared = run_dir(tmp_path_factory)
     record = shared / SERVER_RECORD
     with open(shared / "spark-connect.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

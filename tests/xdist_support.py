@@ -21,6 +21,13 @@ from xdist.scheduler import LoadScopeScheduling
 GROUPS = "xdist-groups.json"  # in the run's folder: {test id: its module's file}
 
 
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder the whole run shares: the controller's base folder under pytest-xdist (each
+    test process has a subfolder of it), this process's own otherwise."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
 def uses_module_fixture(item: pytest.Item) -> bool:
     """Whether the test uses (directly or through another) a fixture made once per module."""
     info = getattr(item, "_fixtureinfo", None)
@@ -35,7 +42,7 @@ def record_groups(config: pytest.Config, items: list[pytest.Item]) -> None:
         return
     groups = {item.nodeid: item.nodeid.split("::")[0] for item in items
               if item.get_closest_marker("slow") is not None and uses_module_fixture(item)}
-    folder = config._tmp_path_factory.getbasetemp().parent  # type: ignore[attr-defined]
+    folder = run_dir(config._tmp_path_factory)  # type: ignore[attr-defined]
     part = folder / f"{GROUPS}.{os.getpid()}"
     part.write_text(json.dumps(groups))
     part.replace(folder / GROUPS)
@@ -50,7 +57,7 @@ class ModuleGroups(LoadScopeScheduling):  # type: ignore[misc]  # xdist has no t
 
     def schedule(self) -> None:
         if self.collection is None:  # the first call: every process has collected
-            path = Path(self.config._tmp_path_factory.getbasetemp()) / GROUPS
+            path = run_dir(self.config._tmp_path_factory) / GROUPS
             self.groups = json.loads(path.read_text()) if path.exists() else {}
         super().schedule()
 
