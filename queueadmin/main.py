@@ -28,6 +28,11 @@ def run() -> None:
     atexit handlers (logging's, OpenTelemetry's flush, temporary folders') and the finalizers
     of objects freed as their references go run as before; objects held only by reference
     cycles are not collected, and their memory goes back with the process's."""
+    from queueadmin.handoff import run_served
+
+    served = run_served(sys.argv)  # by the running stack, when it can (queueadmin/handoff.py)
+    if served is not None:
+        sys.exit(served)
     try:
         main()
     finally:

@@ -76,6 +76,10 @@ QA_OUTPUT_ROOTS  comma-separated folders data jobs may write into (default: var/
 QA_CHECK_CACHE  the folder where `datajob submit` keeps the answers of its checks, so that a
                job submitted again over the same files is checked without reading their
                metadata or parsing its SQL again (default var/cache/checks); "off": none kept
+QA_COMMAND_SERVER  "off": `runstack` runs no operator's command for the command line (by
+               default a command such as `datajob submit` or `queuestat`, typed where the
+               stack runs with the same settings, is run by a fork of the stack's supervisor,
+               which has Python and Django loaded: 0.3-0.45 s sooner; docs/operations.md)
 SPARK_SHUFFLE_PARTITIONS  spark.sql.shuffle.partitions of the workers' sessions (default:
                the cores of local[N] / local[*], else 8; chunks are small; raise it for big
                combine steps on a cluster)
@@ -255,6 +259,9 @@ CHECK_CACHE_DIR = (None if _check_cache.lower() == "off"
                    else Path(_check_cache) if _check_cache else VAR_DIR / "cache" / "checks")
 
 # The supervisor (`runstack`).
+# Whether it runs the operators' commands for the command line (core/stack/commands.py).
+COMMAND_SERVER = os.environ.get("QA_COMMAND_SERVER", "").strip().lower() not in (
+    "off", "0", "no", "false")
 WEB_HOST = os.environ.get("HOST") or "127.0.0.1"
 WEB_PORT = _env_int("PORT", 8000)
 ACCESS_LOG = os.environ.get("QA_ACCESS_LOG", "").strip()

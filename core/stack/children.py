@@ -22,7 +22,7 @@ from django.core.management.base import CommandError
 from core.stack.make_parent import MakeParent
 
 if TYPE_CHECKING:
-    pass
+    from core.stack.commands import CommandServer
 
 
 STOP_TIMEOUT_S = 10.0
@@ -74,6 +74,7 @@ class Supervision:
     """The part of Stack (a mixin) that runs its children."""
 
     children: list[Child]
+    commands: CommandServer | None  # the operators' commands, run by forks of this process
     make_parent: MakeParent | None
     out: TextIO
     redis_url: str
@@ -119,7 +120,14 @@ class Supervision:
         return env
 
     def _supervise(self) -> None:
-        while not self.stop_requested.wait(POLL_S):
+        while True:
+            if self.commands is None:
+                self.stop_requested.wait(POLL_S)
+            elif self.commands.wait(POLL_S):
+                # A signal: its handler sets stop_requested from a thread (set_from_signal).
+                self.stop_requested.wait(0.1)
+            if self.stop_requested.is_set():
+                return
             self._poll()
 
     def _poll(self) -> None:

@@ -37,6 +37,7 @@ from core.stack.prepare import Preparation
 
 if TYPE_CHECKING:
     from core.pipeline.server import ServerConfig
+    from core.stack.commands import CommandServer
 
 LISTEN_TIMEOUT_S = 30.0
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -74,6 +75,7 @@ class Stack(Preparation, Supervision):
         self.spark_url: str | None = None  # the embedded Connect server's, once started
         self.spark_config: ServerConfig | None = None  # its settings, read by _check_ports
         self.children: list[Child] = []
+        self.commands: CommandServer | None = None
         self.stop_requested = threading.Event()
         self.stop_signal: str | None = None
         self.lock: DataDirLock | None = None
@@ -99,8 +101,12 @@ class Stack(Preparation, Supervision):
                 self._spawn(spec)
             if not self.stop_requested.is_set() and self._wait_listening():
                 self._announce()
+                self.commands = self._serve_commands()
                 self._supervise()
         finally:
+            if self.commands is not None:
+                self.commands.close()  # a command typed now runs in a process of its own
+                self.commands = None
             self.stop_all()
             self.lock.close()  # a redis-server that is still running keeps holding it
             for sig, handler in previous.items():
@@ -160,6 +166,20 @@ class Stack(Preparation, Supervision):
         # three processes they held 88 MiB each, mostly Python, Django and redis-py.
         specs.append(ChildSpec("services", command("runservices"), restart=True))
         return specs
+
+    def _serve_commands(self) -> CommandServer | None:
+        """The operators' commands run by forks of this process (core/stack/commands.py),
+        unless QA_COMMAND_SERVER=off or it cannot listen (said, and commands run as before)."""
+        if not settings.COMMAND_SERVER:
+            return None
+        from core.stack.commands import CommandServer
+
+        try:
+            return CommandServer.open(self.var_dir)
+        except OSError as exc:
+            self.out.write(f"warning: commands are not served by the stack ({exc}); each runs "
+                           "in a process of its own\n")
+            return None
 
     def _announce(self) -> None:
         shown_host = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
