@@ -2,7 +2,7 @@
 `python manage.py ...` in a new process, from its start to its exit. Prints a table and JSON.
 
     .venv/bin/python bench/bench_cli.py [--runs 11] [--no-bytecode-cache] [--json-only]
-                                        [--checkout DIR]
+                                        [--checkout DIR] [--served]
 
 The measures, each the median (and the fastest) of --runs runs, wall time and the CPU time of
 the process (user + system; on a loaded machine the wall time waits for a core, the CPU time
@@ -23,6 +23,10 @@ any first run of an installed wheel or a checkout; --no-bytecode-cache measures 
 the project's modules at every start (PYTHONDONTWRITEBYTECODE, as some environments set it).
 --checkout runs another checkout's manage.py (an earlier commit's, from `git worktree add`
 or `git archive`) with this bench and this interpreter, to compare the two.
+--served runs `manage.py runstack` (no Spark) on the same Redis, database and folders first,
+so that the commands it serves (all but `help`) are run by a fork of its supervisor
+(core/stack/commands.py, docs/operations.md); their CPU column is then the command's own
+process only, not the fork's.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -49,6 +54,7 @@ from core.stack.redis_server import start_redis  # noqa: E402
 TARGETS = {"help": 0.3, "datajob submit --help": 0.3, "submit": 0.4, "datajob submit": 0.6,
            "queuestat": 0.3}
 PREFIX = "benchcli"
+SERVED_NOTE = "; run by the stack: CPU of the command's process only"
 ANNOUNCE = """import sys
 from core.pipeline.jobs import HANDLER
 from core.queue import Queue, handlers
@@ -92,6 +98,22 @@ def measure(name: str, make_argv: Any, runs: int, env: dict[str, str], cwd: Path
     }
 
 
+def served_by(python: str, env: dict[str, str], root: Path, var_dir: Path
+              ) -> subprocess.Popen[bytes]:
+    """`manage.py runstack` on the bench's Redis and folders (no Spark), once it listens for
+    the commands it runs."""
+    log = (var_dir.parent / "runstack.log").open("wb")
+    stack = subprocess.Popen(
+        [python, "manage.py", "runstack", "--workers", "1"], cwd=root, stdout=log,
+        stderr=subprocess.STDOUT, env={**env, "QA_ADMIN_PASSWORD": "bench"})
+    deadline = time.monotonic() + 60
+    while not (var_dir / "run" / "commands.sock").exists():
+        if stack.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"runstack did not start: {var_dir.parent / 'runstack.log'}")
+        time.sleep(0.1)
+    return stack
+
+
 def write_parquet(path: Path) -> None:
     """A small Parquet file (1,000 rows), as a data job's input."""
     import pyarrow as pa
@@ -112,6 +134,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         out.mkdir()
         write_parquet(data / "flights.parquet")
         server = start_redis(base / "redis")
+        stack: subprocess.Popen[bytes] | None = None
         try:
             env = {k: v for k, v in os.environ.items()
                    if not k.startswith(("QA_", "SPARK_", "DJANGO_")) and k not in (
@@ -129,6 +152,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             # As a worker of the checkout measured would announce them (its own engine).
             subprocess.run([python, "-c", ANNOUNCE, server.url, PREFIX], cwd=root, check=True)
             q = Queue.from_url(server.url, "default", prefix=PREFIX)
+            if args.served:
+                # The commands as typed in the shell that started the stack: its port too.
+                from core.procs import free_port
+
+                env |= {"PORT": str(free_port()), "HOST": "127.0.0.1"}
+                stack = served_by(python, env, root, base / "var")
 
             manage = [python, "manage.py"]
             measures = [
@@ -146,12 +175,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             submitted = read.totals(q).get("submitted", 0)
             q.redis.close()
         finally:
+            if stack is not None:
+                stack.send_signal(signal.SIGTERM)
+                stack.wait(60)
             server.stop()
     return {
         "bench": "cli", "checkout": str(root), "python": sys.version.split()[0],
         "cpus": os.cpu_count(),
         "load_1min_at_start": round(load, 2),
         "bytecode_cached": not args.no_bytecode_cache,
+        "served_by_the_stack": bool(args.served),
         # Each submit queued one request, each data job one more or two (its chunks, and the
         # combine held until they are done), all of them still waiting.
         "requests_submitted": submitted,
@@ -165,7 +198,8 @@ def table(r: dict[str, Any]) -> None:
 
     t = Table(title=f"manage.py start to exit, median of {r['results'][0]['runs']} runs (load "
                     f"{r['load_1min_at_start']} on {r['cpus']} cores; bytecode "
-                    f"{'cached' if r['bytecode_cached'] else 'compiled at each start'})",
+                    f"{'cached' if r['bytecode_cached'] else 'compiled at each start'}"
+                    f"{SERVED_NOTE if r['served_by_the_stack'] else ''})",
               title_justify="left")
     for col in ("command", "wall", "fastest", "CPU", "target (idle)"):
         t.add_column(col, justify="left" if col == "command" else "right")
@@ -182,6 +216,8 @@ def main() -> int:
     parser.add_argument("--no-bytecode-cache", action="store_true",
                         help="compile the project's modules at every start")
     parser.add_argument("--json-only", action="store_true")
+    parser.add_argument("--served", action="store_true",
+                        help="with `runstack` running, which runs the commands it serves")
     parser.add_argument("--checkout", default=str(ROOT),
                         help="the checkout whose manage.py to run (default: this one)")
     args = parser.parse_args()

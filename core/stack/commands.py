@@ -58,6 +58,9 @@ PRELOADED = (
     "core.cli.tokens", "core.cli.retention", "core.ops.audit", "core.ops.actions",
     "core.ops.datajobs", "core.ops.errors", "core.pipeline.checkcache",
 )
+# Settings that only the supervisor reads, as it starts: the admin's password, which a
+# command typed in another shell need not carry.
+STACK_ONLY = frozenset({"QA_ADMIN_PASSWORD"})
 
 
 class CommandServer:
@@ -168,6 +171,10 @@ class CommandServer:
         _pid, uid, _gid = struct.unpack("3i", creds)
         if uid != os.getuid() or len(self.running) >= MAX_RUNNING:
             return  # closed: the client runs the command itself
+        if threading.active_count() > 1:
+            # A fork copies only the thread that forks, not the locks the others hold (the
+            # supervisor has one thread, and a second for a moment as a signal stops it).
+            return
         for stream in (sys.stdout, sys.stderr):
             stream.flush()  # not written twice, nor by the fork to the client's terminal
         pid = os.fork()
@@ -280,13 +287,15 @@ def _refusal(server: CommandServer, hello: dict[str, Any]) -> str:
 
 def fresh_settings() -> dict[str, Any]:
     """The settings module's values, executed afresh with this process's environment and
-    working directory (not Django's settings object, which Django fills in as it runs)."""
+    working directory (not Django's settings object, which Django fills in as it runs); but
+    those only the supervisor reads (STACK_ONLY)."""
     spec = importlib.util.find_spec(settings.SETTINGS_MODULE)
     if spec is None or spec.loader is None:
         raise ImportError(settings.SETTINGS_MODULE)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return {name: _value(getattr(module, name)) for name in dir(module) if name.isupper()}
+    return {name: _value(getattr(module, name)) for name in dir(module)
+            if name.isupper() and name not in STACK_ONLY}
 
 
 def _value(value: Any) -> Any:

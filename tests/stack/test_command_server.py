@@ -95,6 +95,8 @@ def test_other_settings_changed_code_or_other_options_run_in_the_clients_process
         stack: Stack) -> None:
     other = _run(stack, "queuestat", QA_DATA_ROOTS="/tmp")
     assert HERE.findall(other.stderr) == ["other settings"] and other.returncode == 0
+    # But the admin's password, which only the stack's start reads: served.
+    assert SERVED.search(_run(stack, "queuestat", QA_ADMIN_PASSWORD="another").stderr)
     options = _run(stack, "queuestat", python=("-W", "error::UserWarning"))
     assert HERE.findall(options.stderr) == [
         "another interpreter, import path or interpreter options"]
