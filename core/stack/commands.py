@@ -169,11 +169,17 @@ class CommandServer:
     def _fork(self, conn: socket.socket) -> None:
         creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
         _pid, uid, _gid = struct.unpack("3i", creds)
-        if uid != os.getuid() or len(self.running) >= MAX_RUNNING:
-            return  # closed: the client runs the command itself
-        if threading.active_count() > 1:
-            # A fork copies only the thread that forks, not the locks the others hold (the
-            # supervisor has one thread, and a second for a moment as a signal stops it).
+        refusal = ("another user" if uid != os.getuid()
+                   else f"{MAX_RUNNING} commands running" if len(self.running) >= MAX_RUNNING
+                   # A fork copies only the thread that forks, not the locks the others
+                   # hold: the supervisor has one thread (and a second for a moment as a
+                   # signal stops it, or for good when it exports traces: OTEL_*).
+                   else "the stack runs threads" if threading.active_count() > 1
+                   else "")
+        if refusal:  # said (a few bytes: never blocks), then closed: the client runs it
+            with contextlib.suppress(OSError):
+                conn.setblocking(False)
+                handoff.send(conn, {"refused": refusal})
             return
         for stream in (sys.stdout, sys.stderr):
             stream.flush()  # not written twice, nor by the fork to the client's terminal

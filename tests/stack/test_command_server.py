@@ -201,3 +201,13 @@ def _interpreter_of_manage() -> dict[str, object]:
 
     found: dict[str, object] = json.loads(probe.stdout)
     return found
+
+
+def test_a_stack_that_runs_threads_forks_nothing(tmp_path: Path) -> None:
+    """A stack that exports traces runs the SDK's export thread: a fork would copy the locks
+    it holds, not the thread. Its commands run on their own, and say why."""
+    with running_stack(tmp_path / "var", {"OTEL_TRACES_EXPORTER": "console"}) as traced:
+        until(lambda: (tmp_path / "var" / "run" / "commands.sock").exists(), timeout=30)
+        own = _run(traced, "queuestat")
+    assert HERE.findall(own.stderr) == ["the stack runs threads"], own.stderr
+    assert own.returncode == 0 and "default" in own.stdout
