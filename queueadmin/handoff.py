@@ -163,12 +163,11 @@ def _handed(sock: socket.socket, argv: list[str]) -> int | None:
     # Signals this process ignores (a background job's SIGINT, nohup's SIGHUP) are ignored by
     # the command too, and not passed on.
     ignored = [int(s) for s in FORWARDED if signal.getsignal(s) == signal.SIG_IGN]
-    try:
+    # Refused before it read this (a broken pipe): why is the reply.
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
         send(sock, {"argv": argv, "env": dict(os.environ), "cwd": os.getcwd(),
                     "interpreter": interpreter(), "base": str(base_dir()), "ignored": ignored},
              fds=[0, 1, 2])
-    except (BrokenPipeError, ConnectionResetError):
-        pass  # refused before it read this: why is the reply
     reply, _ = receive(sock)
     if reply is None or "ready" not in reply:
         _say(f"runs in this process: {reply.get('refused') if reply else 'no answer'}")
