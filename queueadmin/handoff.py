@@ -68,7 +68,18 @@ def interpreter() -> dict[str, Any]:
     it imports from, its options (-X, -W, -O, ...)."""
     return {"executable": sys.executable, "path": list(sys.path), "flags": list(sys.flags),
             "xoptions": {k: str(v) for k, v in sys._xoptions.items()},
-            "warnoptions": list(sys.warnoptions)}
+            "warnoptions": list(sys.warnoptions),
+            # Read as the process starts, outside the settings: tracing (OTEL_*, set up with
+            # Django), redis-py's metrics (QA_REDIS_OTEL_METRICS, as it is imported).
+            "env": {k: v for k, v in os.environ.items()
+                    if k.startswith("OTEL_") or k == "QA_REDIS_OTEL_METRICS"}}
+
+
+def streams() -> list[list[str]]:
+    """The encoding and error handler of sys.stdin, stdout and stderr (from the locale,
+    PYTHONIOENCODING, PYTHONUTF8), which the command's streams take."""
+    return [[getattr(f, "encoding", None) or "utf-8", getattr(f, "errors", None) or "strict"]
+            for f in (sys.stdin, sys.stdout, sys.stderr)]
 
 
 def send(sock: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
@@ -166,7 +177,8 @@ def _handed(sock: socket.socket, argv: list[str]) -> int | None:
     # Refused before it read this (a broken pipe): why is the reply.
     with contextlib.suppress(BrokenPipeError, ConnectionResetError):
         send(sock, {"argv": argv, "env": dict(os.environ), "cwd": os.getcwd(),
-                    "interpreter": interpreter(), "base": str(base_dir()), "ignored": ignored},
+                    "interpreter": interpreter(), "base": str(base_dir()), "ignored": ignored,
+                    "streams": streams()},
              fds=[0, 1, 2])
     reply, _ = receive(sock)
     if reply is None or "ready" not in reply:

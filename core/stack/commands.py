@@ -230,7 +230,7 @@ def _child(server: CommandServer, conn: socket.socket) -> int:
     for sig in hello.get("ignored") or ():
         if sig in {int(s) for s in handoff.FORWARDED}:
             signal.signal(sig, signal.SIG_IGN)
-    _adopt_streams(fds)
+    _adopt_streams(fds, hello.get("streams"))
     sys.argv = list(hello["argv"])
     threading.Thread(target=_listen, args=(conn,), name="client", daemon=True).start()
     code = _run(sys.argv)
@@ -275,8 +275,13 @@ def _refusal(server: CommandServer, hello: dict[str, Any]) -> str:
         return f"{argv[1]!r} is not served"
     if hello.get("base") != str(handoff.base_dir()):
         return "another copy of queueadmin"
-    if hello.get("interpreter") != server.interpreter:
+    theirs = hello.get("interpreter")
+    if not isinstance(theirs, dict):
+        return "a malformed request"
+    if {**theirs, "env": None} != {**server.interpreter, "env": None}:
         return "another interpreter, import path or interpreter options"
+    if theirs.get("env") != server.interpreter["env"]:
+        return "other OTEL_* or QA_REDIS_OTEL_METRICS variables (read as a process starts)"
     if code_files() != server.code_seen:
         return "the code changed since the stack started"
     os.environ.clear()
@@ -341,21 +346,41 @@ def _forget_connections() -> None:
         conn.connection = None
 
 
-def _adopt_streams(fds: list[int]) -> None:
+def _adopt_streams(fds: list[int], coding: Any) -> None:
     """The client's standard input, output and error as this process's 0, 1 and 2, and
-    sys.stdin/stdout/stderr made afresh over them (line-buffered on a terminal or with
-    PYTHONUNBUFFERED, as Python makes them at its start)."""
+    sys.stdin/stdout/stderr made afresh over them with the client's encodings (line-buffered
+    on a terminal or with PYTHONUNBUFFERED, as Python makes them at its start)."""
     for target, fd in enumerate(fds):
         if fd != target:
             os.dup2(fd, target)
             os.close(fd)
+    (in_enc, in_err), (out_enc, out_err), (err_enc, err_err) = _codings(coding)
     # Held by sys until the process exits (os._exit): no context manager.
-    sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115
+    sys.stdin = open(0, encoding=in_enc, errors=in_err, closefd=False)  # noqa: SIM115
     unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))  # the client's, as `python -u`
-    sys.stdout = open(1, "w", encoding="utf-8", closefd=False,  # noqa: SIM115
-                      buffering=1 if unbuffered or os.isatty(1) else -1)
-    sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace",  # noqa: SIM115
+    sys.stdout = open(1, "w", encoding=out_enc, errors=out_err,  # noqa: SIM115
+                      closefd=False, buffering=1 if unbuffered or os.isatty(1) else -1)
+    sys.stderr = open(2, "w", encoding=err_enc, errors=err_err,  # noqa: SIM115
                       closefd=False, buffering=1)
+
+
+def _codings(coding: Any) -> list[tuple[str, str]]:
+    """The client's (encoding, errors) of its three streams; UTF-8 where it sent none that
+    Python knows."""
+    import codecs
+
+    out = []
+    for i, default_errors in enumerate(("strict", "strict", "backslashreplace")):
+        pair = coding[i] if isinstance(coding, list) and len(coding) == 3 else None
+        enc, errors = (pair if isinstance(pair, list) and len(pair) == 2
+                       and all(isinstance(x, str) for x in pair) else ("utf-8", default_errors))
+        try:
+            codecs.lookup(enc)
+            codecs.lookup_error(errors)
+        except LookupError:
+            enc, errors = "utf-8", default_errors
+        out.append((enc, errors))
+    return out
 
 
 def _listen(conn: socket.socket) -> None:

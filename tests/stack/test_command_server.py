@@ -100,6 +100,17 @@ def test_other_settings_changed_code_or_other_options_run_in_the_clients_process
     options = _run(stack, "queuestat", python=("-W", "error::UserWarning"))
     assert HERE.findall(options.stderr) == [
         "another interpreter, import path or interpreter options"]
+    traced = _run(stack, "queuestat", OTEL_TRACES_EXPORTER="console")
+    assert HERE.findall(traced.stderr) == [
+        "other OTEL_* or QA_REDIS_OTEL_METRICS variables (read as a process starts)"]
+
+    # The command's streams take its encodings (here from PYTHONIOENCODING).
+    latin = subprocess.run(
+        [sys.executable, "manage.py", "submit", "--queue", "no/é", "{}"], cwd=ROOT,
+        env={**stack.env, "QA_COMMAND_SERVER": "verbose", "PYTHONIOENCODING": "latin-1"},
+        capture_output=True, timeout=60)
+    assert SERVED.search(latin.stderr.decode("latin-1")) and latin.returncode == 2
+    assert "invalid queue name 'no/é'".encode("latin-1") in latin.stderr
 
     # A module file of the project changed since the stack started: run as edited (here).
     edited = ROOT / "core" / "cli" / "queuestat.py"
