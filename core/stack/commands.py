@@ -77,8 +77,7 @@ class CommandServer:
         self.settings_seen = settings_seen
         self.code_seen = code_seen
         self.interpreter = handoff.interpreter()
-        self.running: set[int] = set()
-        self.served = 0
+        self.running: set[int] = set()  # the forks' pids, until reaped
 
     @classmethod
     def open(cls, var_dir: Path) -> CommandServer | None:
@@ -186,7 +185,6 @@ class CommandServer:
         pid = os.fork()
         if pid:
             self.running.add(pid)
-            self.served += 1
             return
         code = 1
         try:
@@ -259,6 +257,9 @@ def _run(argv: list[str]) -> int:
         # client kills itself so, and its shell sees 130).
         traceback.print_exc()
         return -int(signal.SIGINT)
+    except Exception:  # as Python ends on one: the traceback, status 1
+        traceback.print_exc()
+        return 1
     finally:
         atexit._run_exitfuncs()
     return 0

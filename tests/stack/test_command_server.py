@@ -77,6 +77,15 @@ def test_a_command_run_by_the_stack_prints_and_exits_as_in_its_own_process(
     assert "invalid queue name 'no/such'" in served.stderr
     assert served.stderr.splitlines()[-1] == own.stderr.splitlines()[-1]
 
+    # An exception that leaves the command (--traceback re-raises its error): the traceback
+    # and status 1, as Python ends on one.
+    bad.append("--traceback")
+    served, own = _run(stack, *bad), _run(stack, *bad, QA_COMMAND_SERVER="off")
+    assert SERVED.search(served.stderr)
+    assert served.returncode == own.returncode == 1
+    assert "Traceback (most recent call last)" in served.stderr
+    assert served.stderr.splitlines()[-1] == own.stderr.splitlines()[-1]
+
     # Its standard input is the client's: two tasks from stdin, one request in Redis.
     q = queue(stack, "from-stdin")
     served = _run(stack, "submit", "--queue", "from-stdin", "--any-handler", "--handler", "echo",
