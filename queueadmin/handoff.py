@@ -188,6 +188,15 @@ def _handed(sock: socket.socket, argv: list[str]) -> int | None:
     # Committed from here: the server runs the command once it reads this. Errors of the
     # connection after it are the command's end, not a reason to run it here as well.
     send(sock, {"go": True})
+    try:
+        return _followed(sock, ignored)
+    except Exception as exc:  # never None from here: the command may have run
+        sys.stderr.write(f"queueadmin: lost the command's process ({exc})\n")
+        return 1
+
+
+def _followed(sock: socket.socket, ignored: list[int]) -> int:
+    """The exit status of the command the server runs, signals passed on meanwhile."""
     sock.settimeout(None)
     # Passed on until this process exits (not restored: a signal that comes as the command
     # ends is passed on to nothing rather than raised here).
