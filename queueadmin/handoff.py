@@ -142,6 +142,9 @@ def run_served(argv: list[str]) -> int | None:
     try:
         try:
             return _handed(sock, argv)
+        except (FileNotFoundError, ConnectionRefusedError):
+            _say(f"runs in this process: no stack serves commands at {socket_path()}")
+            return None
         except (OSError, ValueError) as exc:
             _say(f"runs in this process: {exc or type(exc).__name__}")
             return None

@@ -231,3 +231,17 @@ def test_a_stack_that_runs_threads_forks_nothing(tmp_path: Path) -> None:
         own = _run(traced, "queuestat")
     assert HERE.findall(own.stderr) == ["the stack runs threads"], own.stderr
     assert own.returncode == 0 and "default" in own.stdout
+
+
+def test_without_a_stack_a_command_runs_in_its_own_process_and_says_so(tmp_path: Path) -> None:
+    from tests.stack_support import migrated_sqlite
+
+    migrated_sqlite(tmp_path / "var" / "db.sqlite3")
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    done = subprocess.run(
+        [sys.executable, "manage.py", "submit", "--help"], cwd=ROOT, capture_output=True,
+        text=True, timeout=60,
+        env={**env, "QA_VAR_DIR": str(tmp_path / "var"), "QA_COMMAND_SERVER": "verbose"})
+    assert done.returncode == 0 and "usage:" in done.stdout
+    assert HERE.findall(done.stderr) == [
+        f"no stack serves commands at {(tmp_path / 'var').resolve() / 'run' / 'commands.sock'}"]
