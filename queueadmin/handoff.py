@@ -47,6 +47,7 @@ READY_TIMEOUT_S = 1.0  # from connecting to the server's "ready"; then this proc
 HEADER = struct.Struct("!I")
 MAX_MESSAGE = 4 << 20
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+FORWARDED_NUMBERS = frozenset(int(s) for s in FORWARDED)  # as they travel in messages
 
 
 def base_dir() -> Path:
@@ -217,7 +218,7 @@ def _followed(sock: socket.socket, ignored: list[int]) -> int:
             return 1
         if "exit" in reply:
             code = int(reply["exit"])
-            if code < 0 and -code in {int(s) for s in FORWARDED}:
+            if code < 0 and -code in FORWARDED_NUMBERS:
                 # Ended by that signal (an uncaught Ctrl-C): so does this process.
                 sys.stdout.flush()
                 signal.signal(-code, signal.SIG_DFL)

@@ -226,7 +226,7 @@ def _child(server: CommandServer, conn: socket.socket) -> int:
     conn.settimeout(None)
 
     for sig in hello.get("ignored") or ():
-        if sig in {int(s) for s in handoff.FORWARDED}:
+        if sig in handoff.FORWARDED_NUMBERS:
             signal.signal(sig, signal.SIG_IGN)
     _adopt_streams(fds, hello.get("streams"))
     sys.argv = list(hello["argv"])
@@ -395,6 +395,6 @@ def _listen(conn: socket.socket) -> None:
             os.kill(os.getpid(), signal.SIGINT)
             return
         sig = message.get("signal")
-        if isinstance(sig, int) and sig in {int(s) for s in handoff.FORWARDED}:
+        if isinstance(sig, int) and sig in handoff.FORWARDED_NUMBERS:
             os.kill(os.getpid(), sig)
 

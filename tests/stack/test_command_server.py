@@ -7,6 +7,7 @@ no command ever runs twice."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -217,8 +218,6 @@ def _interpreter_of_manage() -> dict[str, object]:
         [sys.executable, "-c", "import json, sys; sys.path[0] = sys.argv[1]; "
          "from queueadmin import handoff; print(json.dumps(handoff.interpreter()))", str(ROOT)],
         cwd=ROOT, capture_output=True, text=True, check=True)
-    import json
-
     found: dict[str, object] = json.loads(probe.stdout)
     return found
 
