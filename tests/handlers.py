@@ -189,3 +189,11 @@ def otel_modules(payload: dict[str, Any], ctx: TaskContext) -> list[str]:
     import sys
 
     return sorted(m for m in sys.modules if m.startswith(("opentelemetry", "core.tracing")))
+
+
+@handler("gc_frozen")
+def gc_frozen(payload: dict[str, Any], ctx: TaskContext) -> int:
+    """How many objects this worker process keeps out of the garbage collector's sight."""
+    import gc
+
+    return gc.get_freeze_count()

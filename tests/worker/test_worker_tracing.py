@@ -241,3 +241,12 @@ def test_tracing_is_on_only_when_the_otel_settings_name_an_exporter_or_endpoint(
     env: dict[str, str], on: bool
 ) -> None:
     assert tracing.configured(env) is on
+
+
+def test_a_worker_process_keeps_what_it_made_to_start_out_of_the_collectors_sight(
+    live_queue: Queue, spawn_worker: Any
+) -> None:
+    live_queue.submit([{}], request_id="g", handler="gc_frozen")
+    assert spawn_worker("frozen", "--burst").wait(60) == 0
+    ((_, text),) = read.results(live_queue, "g", count=10).items
+    assert int(text) > 10_000  # Django, the engine, the handlers' modules
