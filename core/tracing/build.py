@@ -61,8 +61,8 @@ class Builder:
     def _span_of(self, run: Any) -> Any:
         lease = run.lease
         rid, tid, delivery = lease.lease.split("/")
-        attrs = {**self._common(run.queue), "messaging.message.id": tid,
-                 "queueadmin.request.id": rid, "queueadmin.handler": lease.handler,
+        attrs = {**self._common(run.queue), "queueadmin.handler": lease.handler,
+                 "messaging.message.id": tid, "queueadmin.request.id": rid,
                  "queueadmin.task.attempt": lease.attempt,
                  "queueadmin.task.delivery": int(delivery)}
         parent: Any = None

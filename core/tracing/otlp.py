@@ -109,17 +109,81 @@ _WAIT_EVENT = 9 + len(_EV_WAIT_NAME) + 2 + _WAIT_KV  # + the value's bytes: its 
 _K_EXC = (_key("exception.type"), _key("exception.message"), _key("exception.stacktrace"))
 _OUTCOMES = {o: _attr(_str_kv(_K_OUTCOME, o)) for o in ("done", "failed", "given back")}
 _LINK_ATTRS = _field(b"\x22", _str_kv(_K_LINK, "submit"))
+# For SpanWriter.span: a string attribute's length less its value's; the deliveries it writes;
+# a run's outcome "done" and its status (unset).
+_MESSAGE_KV = len(_K_MESSAGE) + 4
+_REQUEST_KV = len(_K_REQUEST) + 4
+_FAST_DELIVERIES = {str(n).encode(): _attr(_int_kv(_K_DELIVERY, n)) for n in range(1, 16)}
+_DONE_UNSET = _OUTCOMES["done"] + _UNSET
+# Its fields: trace and span id, parent, the shared ones, start and end, the message and
+# request ids, attempt, delivery, outcome and status, flags, the lease wait event.
+_FAST_SPAN = (b"\x0a\x10%s\x12\x08%s%s%s\x39%s\x41%s"
+              b"\x4a%c%s\x12%c\x0a%c%s\x4a%c%s\x12%c\x0a%c%s%s%s%s%s%s")
 
 
 class SpanWriter:
-    """Writes the span of a run (runs.Run) of one worker as OTLP protobuf bytes."""
+    """Writes the span of a run (runs.Run) of one worker as OTLP protobuf bytes.
+
+    A span's fields may come in any order (protobuf parsers take them so): the parts that
+    every run of a queue and handler shares (name, kind, the common attributes and the
+    handler's) are one piece of bytes, made once, and a run that ended without an error, with
+    short ids, a small attempt and delivery and a lease wait under 16 s (or none known), a
+    first delivery or one without a producer's context, is written in one formatting step
+    (span); any other in steps (_span)."""
 
     def __init__(self, worker: str) -> None:
         self.worker = worker
         self._queues: dict[str, tuple[bytes, bytes]] = {}  # queue -> head, common attributes
         self._handlers: dict[str, bytes] = {}  # handler -> its attribute
+        self._shared: dict[tuple[str, str], bytes] = {}  # (queue, handler) -> shared fields
         self._attempts = [_attr(_int_kv(_K_ATTEMPT, n)) for n in range(16)]
         self._deliveries = {str(n): _attr(_int_kv(_K_DELIVERY, n)) for n in range(16)}
+        self._waits: dict[int, bytes] = {}  # lease wait (ms) -> its event, less its time
+
+    def _shared_of(self, queue: str, handler: str) -> bytes:
+        head, common = self._queues.get(queue) or self._head(queue)
+        shared = self._shared[queue, handler] = head + common + (
+            self._handlers.get(handler) or self._handler(handler))
+        return shared
+
+    def _wait_event(self, wait: int) -> bytes:
+        """Span.events item of the lease wait, ending with its time's tag (the time, 8 bytes,
+        follows)."""
+        value = _varint(wait)
+        n = len(value)
+        event = self._waits[wait] = b"\x5a%c%s\x1a%c%s\x12%c\x18%s\x09" % (
+            _WAIT_EVENT + n, _EV_WAIT_NAME, _WAIT_KV + n, _K_WAIT, n + 1, value)
+        return event
+
+    def span(self, run: Any) -> bytes:
+        """The Span message of `run`, with its field tag (a ScopeSpans.spans item)."""
+        lease = run.lease
+        rid, tid, delivery = lease.lease.encode().split(b"/")
+        attempt, wait, tp = lease.attempt, lease.wait_ms, lease.trace
+        lt, lr = len(tid), len(rid)
+        if (run.error is not None or lt > 100 or lr > 100 or not 0 <= attempt < 16
+                or wait >= 16_384 or delivery not in _FAST_DELIVERIES):
+            return self._span(run)
+        if not tp:
+            parent, flags = b"", _LOCAL
+        elif delivery == b"1":  # a child of the submit's span
+            parent, flags = b"\x22\x08" + bytes.fromhex(tp[36:52]), _REMOTE
+        else:  # linked, not a child: the general way
+            return self._span(run)
+        start = _fixed64(run.start)
+        body = _FAST_SPAN % (
+            run.trace_id.to_bytes(16, "big"), run.span_id.to_bytes(8, "big"), parent,
+            self._shared.get((run.queue, lease.handler))
+            or self._shared_of(run.queue, lease.handler),
+            start, _fixed64(run.end),
+            lt + _MESSAGE_KV, _K_MESSAGE, lt + 2, lt, tid,
+            lr + _REQUEST_KV, _K_REQUEST, lr + 2, lr, rid,
+            self._attempts[attempt], _FAST_DELIVERIES[delivery], _DONE_UNSET, flags,
+            b"" if wait < 0 else (self._waits.get(wait) or self._wait_event(wait)) + start)
+        n = len(body)
+        if 0x80 <= n < 0x4000:  # the usual length: two bytes
+            return b"\x12%c%c%s" % ((n & 0x7F) | 0x80, n >> 7, body)
+        return b"\x12" + _varint(n) + body
 
     def _head(self, queue: str) -> tuple[bytes, bytes]:
         """A queue's span name and kind (fields 5, 6), and its runs' common attributes."""
@@ -135,8 +199,8 @@ class SpanWriter:
         attr = self._handlers[handler] = _attr(_str_kv(_K_HANDLER, handler))
         return attr
 
-    def span(self, run: Any) -> bytes:
-        """The Span message of `run`, with its field tag (a ScopeSpans.spans item)."""
+    def _span(self, run: Any) -> bytes:
+        """span() of any run, in steps."""
         lease = run.lease
         rid, tid, delivery = lease.lease.split("/")
         head, common = self._queues.get(run.queue) or self._head(run.queue)
@@ -177,8 +241,8 @@ class SpanWriter:
         body = b"\x0a\x10%s\x12\x08%s%s%s\x39%s\x41%s%s%s%s%s%s%s%s%s%s%s" % (
             run.trace_id.to_bytes(16, "big"), run.span_id.to_bytes(8, "big"), parent,
             head, start, end, common,
-            _str_attr(_K_MESSAGE, tid), _str_attr(_K_REQUEST, rid),
             self._handlers.get(lease.handler) or self._handler(lease.handler),
+            _str_attr(_K_MESSAGE, tid), _str_attr(_K_REQUEST, rid),
             self._attempts[attempt] if 0 <= attempt < 16 else _attr(
                 _int_kv(_K_ATTEMPT, attempt)),
             self._deliveries.get(delivery) or _attr(_int_kv(_K_DELIVERY, int(delivery))),
@@ -236,6 +300,19 @@ def otlp_exporters(provider: Any) -> list[Any] | None:
             return None
         exporters.append(exporter)
     return exporters
+
+
+def schedule_delay_s(provider: Any, default: float = 5.0) -> float:
+    """How often written spans are posted: the shortest delay of the provider's batch
+    processors (OTEL_BSP_SCHEDULE_DELAY, 5 s by default), as they would post ReadableSpans;
+    `default` where this SDK keeps it elsewhere."""
+    delays = []
+    processors = getattr(provider, "_active_span_processor", None)
+    for processor in getattr(processors, "_span_processors", ()):
+        delay = getattr(getattr(processor, "_batch_processor", None), "_schedule_delay", None)
+        if isinstance(delay, (int, float)) and delay > 0:
+            delays.append(float(delay))
+    return min(delays, default=default)
 
 
 class DirectExport:

@@ -43,6 +43,12 @@ RUNS = {
     "first delivery, a child of the submit": _run("q", "r1/1-0/1"),
     "a redelivery, linked": _run("q", "r1/1-0/2", attempt=2, wait_ms=250_000),
     "without a producer's context": _run("default", "r2/5-1/1", tp="", wait_ms=-1),
+    "without one, delivered again, a wait known": _run("q", "r2/5-1/3", tp="", wait_ms=0),
+    "a first delivery after a wait of two bytes": _run("q", "r5/2-3/1", attempt=15,
+                                                       wait_ms=16_383),
+    "a first delivery after a longer wait": _run("q", "r5/2-3/1", wait_ms=16_384),
+    "ids of 100 bytes": _run("q", f"{'r' * 100}/{'t' * 100}/1"),
+    "ids of 100 and 101 bytes": _run("q", f"{'r' * 100}/{'t' * 101}/1"),
     "failed": _run("q", "r3/7-0/3", attempt=3,
                    error=("ValueError", "bad é input", "Traceback (most recent call last):\n"),
                    failed=True),
@@ -171,6 +177,35 @@ def test_a_worker_exports_its_runs_to_an_otlp_endpoint(
                        attrs["queueadmin.task.outcome"].string_value, span.status.code)
                       for span, attrs in spans.values())
     assert outcomes == [("f", "failed", 2)] + [("r", "done", 0)] * 3
+
+
+@pytest.mark.parametrize(("environ", "every_s"), [({}, 5.0),
+                                                   ({"OTEL_BSP_SCHEDULE_DELAY": "250"}, 0.25)])
+def test_written_spans_leave_as_often_as_the_batch_processor_would_post_them(
+    environ: dict[str, str], every_s: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    provider = config.build_provider({"OTEL_TRACES_EXPORTER": "otlp"})
+    try:
+        spans = TaskSpans(provider, "w1")
+        assert isinstance(spans._builder, DirectExport)
+        assert spans._every == every_s
+    finally:
+        provider.shutdown()
+
+
+def test_a_runs_local_context_is_the_one_the_sdk_would_make() -> None:
+    from opentelemetry.trace import SpanContext, TraceFlags
+
+    from core.tracing.runs import _span_contexts
+
+    make = _span_contexts(SpanContext)
+    for trace_id, span_id, flags in (((1 << 128) - 1, (1 << 64) - 1, 1), (1, 1, 0), (0, 5, 1)):
+        made = make(trace_id, span_id, TraceFlags(flags))
+        sdk = SpanContext(trace_id, span_id, False, TraceFlags(flags))
+        assert made == sdk and made.is_valid == sdk.is_valid and made.trace_state == sdk.trace_state
+        assert type(made) is SpanContext and made.is_remote is False
 
 
 def test_a_run_whose_span_cannot_be_written_is_logged_and_the_rest_go(
