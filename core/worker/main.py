@@ -26,6 +26,7 @@ def run_worker(
     handler_modules: Iterable[str] = (),
     registry: Registry | None = None,
     exit_process: bool = False,
+    freeze_start: bool = False,
 ) -> int:
     """Build the queues, import handler modules, check Redis answers, run; returns 0.
 
@@ -33,11 +34,15 @@ def run_worker(
     leaves handlers running (they ignored ctx.check() past the grace) ends the process at
     once, handlers and all, rather than waiting at the interpreter's exit for threads they may
     have started: their leases are no longer renewed, so their tasks run again elsewhere only
-    after this run is gone. And what the process made to start (Django, the handlers'
-    modules, the queues: ~80,000 objects) is moved out of the garbage collector's sight
-    (gc.freeze) before the first task, so that a full collection looks only at what tasks
-    made: with tracing on, one took ~0.1 s of a slow machine's CPU every 20,000 tasks or so
-    (their spans' records wait for their thread), 0.02-0.04 s frozen (docs/tracing.md)."""
+    after this run is gone.
+
+    With `freeze_start` (runworker from the command line: the process is the worker's own),
+    what the process made to start (Django, the handlers' modules, the queues: ~80,000
+    objects) is moved out of the garbage collector's sight (gc.freeze) before the first
+    task, so that a full collection looks only at what tasks made: with tracing on, one took
+    ~0.1 s of a slow machine's CPU every 20,000 tasks or so (their spans' records wait for
+    their thread), 0.02-0.04 s frozen (docs/tracing.md). Not in a program's own process
+    (a test's call_command): what it holds would never be collected."""
     registry = registry or default_registry
     tracing.setup_from_env()  # OpenTelemetry, if the OTEL_* settings ask for it (issue 38)
     registry.load(["core.worker.builtins", *handler_modules])
@@ -54,7 +59,7 @@ def run_worker(
         # For as long as a heartbeat vouches for this process: each beat renews it.
         handlers.announce(q, config.name, registry.names(), live_ms=config.lease_ms)
     worker = Worker(queues, config, registry)
-    if exit_process:
+    if freeze_start:
         gc.collect()
         gc.freeze()
     code = worker.run()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import signal
 from typing import Any
 
@@ -14,10 +15,13 @@ from core.queue import Queue
 def test_handler_modules_from_settings_are_loaded(django_queue: Queue, settings: Any) -> None:
     settings.QUEUEADMIN_HANDLER_MODULES = ["tests.handlers"]
     django_queue.submit([{"ms": 1}, {"ms": 1}], request_id="r", handler="pause")
-    before = signal.getsignal(signal.SIGTERM)
+    before, frozen = signal.getsignal(signal.SIGTERM), gc.get_freeze_count()
     call_command("runworker", "--burst", "--dead-after", "1")
     assert django_queue.state("r") == "done"
     assert signal.getsignal(signal.SIGTERM) is before  # the worker put the handler back
+    # Run in this (the test's) process, not its own: nothing of it frozen out of the
+    # garbage collector's sight (tests/worker/test_worker_tracing.py: a runworker process).
+    assert gc.get_freeze_count() == frozen
 
 
 def test_an_unimportable_handler_module_is_a_command_error(django_queue: Queue) -> None:

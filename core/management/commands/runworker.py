@@ -22,6 +22,12 @@ class Command(QueueadminCommand):
         "SIGTERM/SIGINT stop it gracefully (a second signal releases running tasks at once)."
     )
 
+    own_process = False  # run from the command line: the process is this worker's
+
+    def run_from_argv(self, argv: list[str]) -> None:
+        self.own_process = True
+        super().run_from_argv(argv)
+
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("--queue", "-q", action="append", default=[],
                             help="queue to serve; repeat for several (default: default)")
@@ -80,7 +86,7 @@ class Command(QueueadminCommand):
             run_worker(
                 options["queue"] or ["default"], get_queue, config,
                 handler_modules=[*settings.QUEUEADMIN_HANDLER_MODULES, *options["imports"]],
-                exit_process=True,
+                exit_process=True, freeze_start=self.own_process,
             )
         except RedisUnavailable as exc:
             raise CommandError(
