@@ -109,11 +109,13 @@ _WAIT_EVENT = 9 + len(_EV_WAIT_NAME) + 2 + _WAIT_KV  # + the value's bytes: its 
 _K_EXC = (_key("exception.type"), _key("exception.message"), _key("exception.stacktrace"))
 _OUTCOMES = {o: _attr(_str_kv(_K_OUTCOME, o)) for o in ("done", "failed", "given back")}
 _LINK_ATTRS = _field(b"\x22", _str_kv(_K_LINK, "submit"))
-# For SpanWriter.span: a string attribute's length less its value's; the deliveries it writes;
+# For SpanWriter.span: a string attribute's length less its value's; the deliveries 1-15 (by text,
+# and as the bytes span() reads);
 # a run's outcome "done" and its status (unset).
 _MESSAGE_KV = len(_K_MESSAGE) + 4
 _REQUEST_KV = len(_K_REQUEST) + 4
-_FAST_DELIVERIES = {str(n).encode(): _attr(_int_kv(_K_DELIVERY, n)) for n in range(1, 16)}
+_DELIVERIES = {str(n): _attr(_int_kv(_K_DELIVERY, n)) for n in range(1, 16)}
+_FAST_DELIVERIES = {n.encode(): attr for n, attr in _DELIVERIES.items()}
 _DONE_UNSET = _OUTCOMES["done"] + _UNSET
 # Its fields: trace and span id, parent, the shared ones, start and end, the message and
 # request ids, attempt, delivery, outcome and status, flags, the lease wait event.
@@ -137,7 +139,6 @@ class SpanWriter:
         self._handlers: dict[str, bytes] = {}  # handler -> its attribute
         self._shared: dict[tuple[str, str], bytes] = {}  # (queue, handler) -> shared fields
         self._attempts = [_attr(_int_kv(_K_ATTEMPT, n)) for n in range(16)]
-        self._deliveries = {str(n): _attr(_int_kv(_K_DELIVERY, n)) for n in range(16)}
         self._waits: dict[int, bytes] = {}  # lease wait (ms) -> its event, less its time
 
     def _shared_of(self, queue: str, handler: str) -> bytes:
@@ -245,7 +246,7 @@ class SpanWriter:
             _str_attr(_K_MESSAGE, tid), _str_attr(_K_REQUEST, rid),
             self._attempts[attempt] if 0 <= attempt < 16 else _attr(
                 _int_kv(_K_ATTEMPT, attempt)),
-            self._deliveries.get(delivery) or _attr(_int_kv(_K_DELIVERY, int(delivery))),
+            _DELIVERIES.get(delivery) or _attr(_int_kv(_K_DELIVERY, int(delivery))),
             outcome, events, status, flags)
         return b"\x12" + _varint(len(body)) + body
 
