@@ -78,7 +78,10 @@ class Receiver:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        # A short poll, so that stop() (shutdown waits for the loop's next look) takes
+        # milliseconds, not serve_forever's default half second at every test's end.
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.02,),
+                                       daemon=True)
         self.thread.start()
 
     def url(self, path: str = "/hook") -> str:

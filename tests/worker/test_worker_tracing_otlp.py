@@ -134,7 +134,7 @@ class _Collector(BaseHTTPRequestHandler):
 def collector() -> Iterator[type[_Collector]]:
     handler = type("Collector", (_Collector,), {"requests": [], "tenants": []})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)  # quick stop
     thread.start()
     handler.url = f"http://127.0.0.1:{server.server_address[1]}"  # type: ignore[attr-defined]
     yield handler
