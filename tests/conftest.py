@@ -7,8 +7,10 @@ imports a fixture by name."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import os
+import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -439,10 +441,12 @@ def _stop_pid(pid: int) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """In the controller (or the one process): stop the run's shared Spark Connect server,
-    every test process being done with it."""
+    """In every process: stop its Redis Cluster if it started one. In the controller (or the
+    one process): stop the run's shared Spark Connect server, every test process being done
+    with it."""
     import json
 
+    _stop_cluster()
     if hasattr(session.config, "workerinput"):
         return  # a pytest-xdist test process: the controller stops it
     factory = getattr(session.config, "_tmp_path_factory", None)
@@ -457,13 +461,48 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 # -- Redis Cluster -------------------------------------------------------------------------
 
 
+# A cluster's masters report cluster_state:ok no sooner than two seconds after they start (Redis'
+# CLUSTER_WRITABLE_DELAY), whatever the joining costs. So a test process whose tests ask for the
+# cluster starts it in the background as soon as its list is known, and the first test to ask
+# waits only for what is left of the two seconds: no test process sits idle through them.
+_cluster: concurrent.futures.Future[RedisCluster] | None = None
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    global _cluster
+    if session.config.option.collectonly or _cluster is not None:
+        return
+    if any("redis_cluster" in getattr(item, "fixturenames", ()) for item in session.items):
+        folder = Path(session.config._tmp_path_factory.mktemp("cluster"))  # type: ignore[attr-defined]
+        _cluster = concurrent.futures.Future()
+
+        def start(future: concurrent.futures.Future[RedisCluster]) -> None:
+            try:
+                future.set_result(start_cluster(folder))
+            except BaseException as e:  # handed to the test that asks for it
+                future.set_exception(e)
+
+        threading.Thread(target=start, args=(_cluster,), name="cluster-start", daemon=True).start()
+
+
 @pytest.fixture(scope="session")
-def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
-    """One 3-shard Redis Cluster for the session's cluster tests (about 2 s to start, on the
-    first test that asks), stopped by PID at the end."""
-    cluster = start_cluster(Path(tmp_path_factory.mktemp("cluster")))
-    yield cluster
-    cluster.stop()
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> RedisCluster:
+    """One 3-shard Redis Cluster for the test process's cluster tests, started in the
+    background from the moment its tests were collected (pytest_collection_finish) and stopped
+    by PID when the process ends (_stop_cluster)."""
+    global _cluster
+    if _cluster is None:  # asked for by a fixture the collection did not see
+        _cluster = concurrent.futures.Future()
+        _cluster.set_result(start_cluster(Path(tmp_path_factory.mktemp("cluster"))))
+    return _cluster.result(timeout=60)
+
+
+def _stop_cluster() -> None:
+    """The process's cluster, if it started one (asked for or not: a test process may have been
+    handed none of the tests that would have used it)."""
+    if _cluster is not None:
+        with contextlib.suppress(Exception):
+            _cluster.result(timeout=60).stop()
 
 
 @dataclass(frozen=True)

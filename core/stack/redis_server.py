@@ -30,10 +30,14 @@ STREAM_NODE_MAX_BYTES = "1024"
 
 
 def free_cluster_port() -> int:
-    """A free port whose cluster bus port (port + 10000) is free too; Redis needs both, so
-    the port must be at most 55535."""
+    """A free port whose cluster bus port (port + 10000) is free too; Redis needs both.
+
+    Both below the kernel's ephemeral range (32768 and up on Linux), which every outgoing
+    connection and every bind to port 0 draws from: a port found free there could be taken
+    by such a one before redis-server binds it (seen when a cluster started beside a test's
+    connections)."""
     for _ in range(200):
-        port = random.randint(20_000, 45_000)
+        port = random.randint(10_000, 22_000)
         if port_free(port) and port_free(port + 10_000):
             return port
     raise RuntimeError("no free port pair (port, port + 10000) found for a cluster node")
@@ -143,6 +147,19 @@ class RedisCluster:
             s.stop()
 
 
+def _start_node(data_dir: Path, node_args: list[str], tries: int = 5) -> RedisServer:
+    """A cluster node on a free port pair, another pair if someone took this one meanwhile."""
+    for attempt in range(tries):
+        try:
+            return start_redis(data_dir, port=free_cluster_port(), appendonly=False,
+                               extra=node_args)
+        except RuntimeError as e:
+            if "Address already in use" not in str(e) or attempt == tries - 1:
+                raise
+            (data_dir / "nodes.conf").unlink(missing_ok=True)  # the node id of the one that failed
+    raise AssertionError("unreachable")
+
+
 def start_cluster(
     data_dir: Path | str, *, masters: int = 3, ready_timeout: float = 30.0
 ) -> RedisCluster:
@@ -154,8 +171,7 @@ def start_cluster(
                  "--cluster-node-timeout", "5000"]
     try:
         for i in range(masters):
-            servers.append(start_redis(root / f"node{i}", port=free_cluster_port(),
-                                       appendonly=False, extra=node_args))
+            servers.append(_start_node(root / f"node{i}", node_args))
         cli = shutil.which("redis-cli")
         if cli is None:
             raise RuntimeError("redis-cli is not installed (Debian: apt-get install redis-tools)")

@@ -5,27 +5,21 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from redis.cluster import ClusterNode
 from redis.cluster import RedisCluster as ClusterClient
 
 from core.queue import FollowUp, Queue, read
-from core.stack.redis_server import RedisCluster, start_cluster
+from core.stack.redis_server import RedisCluster
 from tests.conftest import FakeClock
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
-    c = start_cluster(Path(tmp_path_factory.mktemp("cluster")))
-    yield c
-    c.stop()
-
-
 @pytest.fixture
-def cluster_client(cluster: RedisCluster) -> Iterator[ClusterClient]:
-    nodes = [ClusterNode(host, port) for host, port in cluster.startup_nodes]
+def cluster_client(redis_cluster: RedisCluster) -> Iterator[ClusterClient]:
+    """A client of the suite's cluster (tests/conftest.py); each test's queues carry a prefix
+    of their own."""
+    nodes = [ClusterNode(host, port) for host, port in redis_cluster.startup_nodes]
     c = ClusterClient(startup_nodes=nodes, decode_responses=True)
     yield c
     c.close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,7 +15,7 @@ from redis.cluster import RedisCluster as ClusterClient
 
 from core.queue import Queue, QueueError
 from core.queue.scripts import SCRIPT_NAMES, build, call, library, load
-from core.stack.redis_server import RedisCluster, RedisServer, start_cluster, start_redis
+from core.stack.redis_server import RedisCluster, RedisServer, start_redis
 from tests.conftest import FakeClock
 
 # The smallest helper set: base (begin) and finish, which every operation gets.
@@ -200,20 +200,16 @@ def library_file(name: str) -> str:
 # -- Redis Cluster -------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
-    c = start_cluster(Path(tmp_path_factory.mktemp("fcluster")))
-    yield c
-    c.stop()
-
-
 def node_client(port: int) -> redis.Redis:
     return redis.Redis(host="127.0.0.1", port=port, decode_responses=True)
 
 
 def test_on_a_cluster_the_library_is_loaded_where_needed_and_reloaded_where_lost(
-    cluster: RedisCluster,
+    redis_cluster: RedisCluster,
 ) -> None:
+    """On the suite's cluster (tests/conftest.py): the libraries flushed from every node here
+    are loaded again by whichever test next runs an operation there, as this one shows."""
+    cluster = redis_cluster
     nodes = [node_client(port) for _, port in cluster.startup_nodes]
     for n in nodes:
         n.function_flush()
