@@ -5,7 +5,9 @@ Stopped by PID: nothing here ever touches a Redis it did not start.
 
 from __future__ import annotations
 
+import contextlib
 import random
+import re
 import shutil
 import signal
 import socket
@@ -36,8 +38,9 @@ def free_cluster_port() -> int:
     connection and every bind to port 0 draws from: a port found free there could be taken
     by such a one before redis-server binds it (seen when a cluster started beside a test's
     connections)."""
+    pick = random.SystemRandom()  # not the random module's: tests seed it, the same in each
     for _ in range(200):
-        port = random.randint(10_000, 22_000)
+        port = pick.randint(10_000, 22_000)
         if port_free(port) and port_free(port + 10_000):
             return port
     raise RuntimeError("no free port pair (port, port + 10000) found for a cluster node")
@@ -151,13 +154,35 @@ def _start_node(data_dir: Path, node_args: list[str], tries: int = 5) -> RedisSe
     """A cluster node on a free port pair, another pair if someone took this one meanwhile."""
     for attempt in range(tries):
         try:
-            return start_redis(data_dir, port=free_cluster_port(), appendonly=False,
-                               extra=node_args)
+            server = start_redis(data_dir, port=free_cluster_port(), appendonly=False,
+                                 extra=node_args)
         except RuntimeError as e:
             if "Address already in use" not in str(e) or attempt == tries - 1:
                 raise
-            (data_dir / "nodes.conf").unlink(missing_ok=True)  # the node id of the one that failed
+        else:
+            # The one that answered is ours, not another's that took the port first (ours
+            # then exits, but may not have yet when the other answered).
+            if _process_id(server.port) == server.process.pid:
+                return server
+            server.stop(sig=signal.SIGKILL)
+        (data_dir / "nodes.conf").unlink(missing_ok=True)  # the node id of the one that failed
     raise AssertionError("unreachable")
+
+
+def _process_id(port: int) -> int | None:
+    """The process id of the redis-server answering on `port` (INFO server), if one does."""
+    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1) as s:
+        s.sendall(b"INFO server\r\n")
+        s.settimeout(1)
+        reply = b""
+        while b"process_id:" not in reply or not reply.endswith(b"\r\n"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            reply += chunk
+        found = re.search(rb"process_id:(\d+)", reply)
+        return int(found.group(1)) if found else None
+    return None
 
 
 def start_cluster(
