@@ -18,14 +18,18 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+TIMEOUT_S = 120  # a command's, as the tests' subprocess.run gave it
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,7 @@ class Forker:
             self.process.wait()
         if self.process.stdout is not None:
             self.process.stdout.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def _child(request: dict[str, Any]) -> int:
@@ -128,8 +133,22 @@ def serve() -> None:
                 code = _child(request)
             finally:
                 os._exit(code)
-        _, wait_status = os.waitpid(pid, 0)
-        print(json.dumps({"status": os.waitstatus_to_exitcode(wait_status)}), flush=True)
+        print(json.dumps({"status": _wait(pid, TIMEOUT_S)}), flush=True)
+
+
+def _wait(pid: int, timeout: float) -> int:
+    """The child's exit status; killed (-9) if it has not ended within `timeout` seconds, as
+    subprocess.run's timeout would, but answered rather than raised: the test then fails on
+    the status, with what the command wrote."""
+    deadline = time.monotonic() + timeout
+    while True:
+        done, wait_status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(wait_status)
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        time.sleep(0.002)
 
 
 if __name__ == "__main__":
