@@ -166,7 +166,8 @@ def _start_node(data_dir: Path, node_args: list[str], tries: int = 5) -> RedisSe
                 return server
             server.stop(sig=signal.SIGKILL)
         (data_dir / "nodes.conf").unlink(missing_ok=True)  # the node id of the one that failed
-    raise AssertionError("unreachable")
+    raise RuntimeError(f"no cluster node of ours answered in {tries} tries: each port taken "
+                       "by another server meanwhile")
 
 
 def _process_id(port: int) -> int | None:
