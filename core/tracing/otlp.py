@@ -109,9 +109,8 @@ _WAIT_EVENT = 9 + len(_EV_WAIT_NAME) + 2 + _WAIT_KV  # + the value's bytes: its 
 _K_EXC = (_key("exception.type"), _key("exception.message"), _key("exception.stacktrace"))
 _OUTCOMES = {o: _attr(_str_kv(_K_OUTCOME, o)) for o in ("done", "failed", "given back")}
 _LINK_ATTRS = _field(b"\x22", _str_kv(_K_LINK, "submit"))
-# For SpanWriter.span: a string attribute's length less its value's; the deliveries 1-15 (by text,
-# and as the bytes span() reads);
-# a run's outcome "done" and its status (unset).
+# For SpanWriter.span: a string attribute's length less its value's; the deliveries 1-15 (by
+# text, and as the bytes span() reads); a run's outcome "done" and its status (unset).
 _MESSAGE_KV = len(_K_MESSAGE) + 4
 _REQUEST_KV = len(_K_REQUEST) + 4
 _DELIVERIES = {str(n): _attr(_int_kv(_K_DELIVERY, n)) for n in range(1, 16)}

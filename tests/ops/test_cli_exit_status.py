@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from core.stack.redis_server import RedisServer, free_port
-from tests.forked_commands import Done, Forker
+from tests.forked_commands import Forker
 from tests.stack_support import migrated_sqlite
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -116,7 +116,7 @@ MISTYPED = [
 @pytest.mark.parametrize(("args", "says"), REFUSED, ids=lambda x: " ".join(x)
                          if isinstance(x, list) else None)
 def test_bad_input_exits_2_with_one_line(forker: Forker, args: list[str], says: str) -> None:
-    done: Done = forker.run(*args)
+    done = forker.run(*args)
 
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr
