@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from core.queue import RedisReplyError, RedisUnavailable
+from core.queue import Lease, RedisReplyError, RedisUnavailable
 from core.queue.keys import validate_id
 
 from .heartbeat import default_name
 
-FAST_BATCH_S = 0.002  # a batch this quick per task may grow
-SLOW_TASK_S = 0.05  # a task this slow sends the batch back to one
+# A slot's batch grows toward --prefetch only while it holds less work than this (tasks like
+# those it ran): quick tasks go at one round trip per many, and a worker never leases ahead
+# more than this much work that an idle slot or worker could be running instead.
+BATCH_WORK_S = 0.02
+# ... and while it spans at most this many requests: Redis's share of a call is ~6 µs a task
+# and ~30 µs more for each request it touches (its hash, index, completion), so a batch of
+# one-task requests stops at this size (~2 ms of Redis a call) while tasks of one request go
+# on to --prefetch (~1.5 ms at 256).
+BATCH_REQUESTS = 64
 GIVE_BACK_S = 0.1  # a task running this long gives back the tasks leased behind it
 # Redis unreachable or answering with an error for now: log once, back off, carry on.
 PASSING = (RedisUnavailable, RedisReplyError)
@@ -30,7 +38,7 @@ class WorkerConfig:
 
     name: str = field(default_factory=default_name)
     slots: int = 1
-    prefetch: int = 64
+    prefetch: int = 256
     dead_after: float = 10.0
     grace: float = 30.0
     burst: bool = False
@@ -59,3 +67,19 @@ class WorkerConfig:
     @property
     def lease_ms(self) -> int:
         return int(self.dead_after * 1000)
+
+
+def next_batch(batch: int, per_task: float, per_request: float, prefetch: int) -> int:
+    """A slot's next batch after one that took `per_task` seconds a task and held
+    `per_request` tasks a request: doubled, but to no more than BATCH_WORK_S of such tasks
+    (one, once a task takes longer), BATCH_REQUESTS of such requests, and `prefetch`."""
+    fits = int(BATCH_WORK_S / per_task) if per_task > 0 else prefetch
+    spans = int(BATCH_REQUESTS * per_request)
+    return max(1, min(batch * 2, fits, spans, prefetch))
+
+
+def tasks_per_request(leases: Sequence[Lease]) -> float:
+    """How many of `leases` a request holds, on average (1.0 when there are none)."""
+    if not leases or leases[0].request_id == leases[-1].request_id:
+        return float(len(leases) or 1)  # leased request by request: all of one request
+    return len(leases) / len({x.request_id for x in leases})

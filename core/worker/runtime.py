@@ -2,9 +2,10 @@
 
 Each slot is a thread running one loop: ack what it finished and lease the next batch in one
 round trip, run the batch, repeat; block on the queues' wake list when there is nothing.
-The batch adapts: it doubles while tasks are short (up to `prefetch`) and falls back to one
-task when they are slow, so no-op tasks go at one round trip per batch while long tasks are
-not hoarded by one worker.
+The batch adapts: it doubles while tasks are short, up to `prefetch`, BATCH_WORK_S of work
+and BATCH_REQUESTS requests (config.next_batch), and falls back to one task when they are
+slow, so no-op tasks go at one round trip per batch while longer tasks are not hoarded by one
+worker and no call holds Redis long.
 """
 
 from __future__ import annotations
@@ -28,12 +29,12 @@ from core.queue.results import lease_of
 from .acks import PendingAcks
 from .config import (
     ACK_FLUSH_S,
-    FAST_BATCH_S,
     PASSING,
     READY_POLL_S,
-    SLOW_TASK_S,
     STARTUP_GRACE_S,
     WorkerConfig,
+    next_batch,
+    tasks_per_request,
 )
 from .context import TaskContext
 from .heartbeat import Heartbeat
@@ -295,10 +296,7 @@ class Worker(TaskRuns, Shutdown):
                 queue, got = handed
                 self._unreserve(-len(got))  # in flight like any leased task
             per_task = self._timed_batch(slot, queue, got, acks, sent)
-            if per_task < FAST_BATCH_S:
-                batch = min(batch * 2, self.config.prefetch)
-            elif per_task > SLOW_TASK_S:
-                batch = 1
+            batch = next_batch(batch, per_task, tasks_per_request(got), self.config.prefetch)
 
     def _ask(self, slot: int, acks: PendingAcks, want: int,
              ) -> tuple[Queue | None, list[Lease], float, int] | None:

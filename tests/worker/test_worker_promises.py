@@ -297,11 +297,43 @@ def test_tasks_leased_behind_a_slow_one_are_given_back_for_others_to_run(
         worker._flusher_done.set()
 
 
+def test_a_slots_batch_grows_only_while_it_holds_little_work() -> None:
+    """Was: a batch doubled toward --prefetch whenever its tasks took under 2 ms each, so a
+    slot could lease 64 tasks of 1.9 ms (0.12 s of work) that idle workers could have run.
+    Now it doubles to no more than 20 ms of tasks like those it ran, and to no more than 64
+    requests (what Redis spends on a call grows with the requests it touches)."""
+    from core.worker.config import BATCH_REQUESTS, BATCH_WORK_S, next_batch
+
+    assert (BATCH_WORK_S, BATCH_REQUESTS) == (0.02, 64)
+    one = 256.0  # a batch's tasks all of one request
+    assert [next_batch(b, 5e-6, one, 256) for b in (1, 2, 128, 256)] == [2, 4, 256, 256]
+    assert next_batch(64, 0.0019, one, 256) == 10  # 1.9 ms tasks: 10 of them, not 128
+    assert next_batch(64, 0.004, one, 256) == 5
+    assert next_batch(8, 0.021, one, 256) == 1  # a task longer than the whole budget: one
+    assert next_batch(1, 0.0, 1.0, 256) == 2  # too quick to time: grows as the quickest
+    assert next_batch(256, 1e-6, one, 64) == 64  # never past --prefetch
+    # One-task requests stop at 64; requests of four tasks at 256.
+    assert [next_batch(b, 5e-6, 1.0, 256) for b in (32, 64, 128)] == [64, 64, 64]
+    assert next_batch(128, 5e-6, 4.0, 256) == 256
+
+
+def test_a_batchs_tasks_per_request_are_counted_from_its_leases(live_queue: Queue) -> None:
+    from core.worker.config import tasks_per_request
+
+    live_queue.submit([{"seconds": 0}] * 3, request_id="a", handler="tracked")
+    live_queue.submit([{"seconds": 0}], request_id="b", handler="tracked")
+    leases = live_queue.dequeue("w", 4)
+    assert sorted(x.request_id for x in leases) == ["a", "a", "a", "b"]
+    assert tasks_per_request(leases) == 2.0
+    assert tasks_per_request([x for x in leases if x.request_id == "a"]) == 3.0
+    assert tasks_per_request([]) == 1.0
+
+
 @pytest.mark.slow  # 4 s: a worker process's slot grows its batch, then meets a 3 s task
 def test_a_worker_runs_the_quick_tasks_behind_a_slow_one_on_its_other_slot(
     live_queue: Queue, spawn_worker: Any, prefix: str
 ) -> None:
-    """End to end: 300 quick tasks grow each slot's batch toward --prefetch 64, then one of
+    """End to end: 300 quick tasks grow each slot's batch toward --prefetch, then one of
     3 s and 200 quick ones. Those leased behind the slow task go to the other slot, so every
     quick task after it ends before it does."""
     k = f"{prefix}:t"
