@@ -25,7 +25,7 @@ from django.db import DatabaseError, connections
 
 from core.queue import RedisReplyError, RedisUnavailable, read
 from core.queue.client import Queue
-from core.queue.follow import Batch, Streams
+from core.queue.follow import ZERO, Batch, Streams, sid
 
 from . import apply, commit, datajobs, metrics
 from .apply import Applied, prepare, reconcile, refresh
@@ -127,6 +127,7 @@ class Follower:
         stopped first) and the batch acknowledged (with what it claimed on the way)."""
         prepared = prepare(self.q, batch.events, batch.dead)
         waited = pause = 0.0
+        claim_from = ZERO
         while True:
             try:
                 guard = commit.guard(self.streams, batch)
@@ -135,12 +136,18 @@ class Follower:
                 now = time.monotonic()
                 waited = waited or now
                 if now - waited >= self.config.claim_after_s:
+                    # What a consumer that died held may be more than one claim's worth (its
+                    # --batch larger than ours): each claim goes on from the last, at once
+                    # while it finds some.
                     claimed = self.streams.claim(int(self.config.claim_after_s * 1000),
-                                                 after=w.applied)
+                                                 after=max(w.applied, claim_from, key=sid))
+                    if claimed.events:
+                        claim_from = claimed.events[-1][0]
                     if len(claimed) or claimed.lost:
                         batch = commit.merged(batch, claimed)
                         prepared = prepare(self.q, batch.events, batch.dead)
-                    waited = now
+                    else:
+                        waited = now
             pause = min(max(pause * 2, 0.001), 0.05)
             if self.stop.wait(pause):
                 return None, batch

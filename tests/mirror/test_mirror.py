@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import logging
+import threading
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -122,6 +123,44 @@ def test_what_a_consumer_killed_after_its_commit_left_pending_is_taken_over_by_a
     assert events_lag(queue).behind == 0
     assert totals.requests == 5  # 4 submitted were a's, then 5 finished: none applied again
     assert totals.events == 6  # what a committed is acknowledged, not counted as applied
+    assert_db_equals_redis(queue)
+    assert set(Request.objects.values_list("completions", flat=True)) == {1}
+
+
+def test_a_consumer_killed_holding_more_than_one_claim_takes_is_taken_over(
+    queue: Queue, redis_client: Any
+) -> None:
+    """A consumer that dies may hold more entries than the one taking over claims at a time
+    (its --batch larger). Was: the taker claimed its batch's worth again and again from the
+    same place, waiting behind the rest for good."""
+    for i in range(8):
+        submit(queue, f"r{i}")
+    finish(queue)
+    a = Follower(queue, MirrorConfig(queues=("q",), consumer="a", batch=8))
+    a.streams.setup()
+    a.streams.read()  # its own pending entries first: none
+    held = a.streams.read()  # then killed, before its commit
+    assert len(held.events) == 8
+    stop = threading.Event()
+    b = Follower(queue, MirrorConfig(queues=("q",), consumer="b", batch=4, claim_after_s=0.05),
+                 stop)
+    # Its look for others' pending entries between batches not due yet: b reads new entries,
+    # finds a's before them, and claims them while it waits for its turn.
+    b.next_claim = time.monotonic() + 60
+    time.sleep(0.1)  # a's entries idle for longer than claim_after_s
+
+    totals = Totals()
+    timer = threading.Timer(10, stop.set)  # a b still waiting then returns, its batch pending
+    timer.start()
+    try:
+        while b.step(totals):
+            pass
+    finally:
+        timer.cancel()
+    assert totals.events == 16, "b waited behind what a held"  # 8 submitted, 8 completed
+
+    assert events_lag(queue).behind == 0
+    assert redis_client.xpending(queue.keys.events, "mirror")["pending"] == 0
     assert_db_equals_redis(queue)
     assert set(Request.objects.values_list("completions", flat=True)) == {1}
 
