@@ -69,7 +69,8 @@ TARGETS = {
     "metrics_ack_batch1_us_per_task_added": 2.0,
 }
 LOWER_IS_BETTER = ("latency", "round_trips", "_us", "spread")
-MEASURES = ("single", "one_task", "enqueue", "noop", "backlog", "latency", "metrics", "tracing")
+MEASURES = ("single", "one_task", "enqueue", "noop", "backlog", "latency", "flood", "metrics",
+            "tracing")
 
 
 def start_workers(
@@ -584,6 +585,36 @@ def bench_latency(
     return out
 
 
+def bench_flood(server: RedisServer, client: Client, prefix: str, n: int = 1500,
+                tasks: int = 600_000) -> dict[str, Any]:
+    """What a worker's calls cost the engine's other clients: one worker drains `tasks` no-op
+    tasks (its batches at their largest) while this process submits `n` one-task requests to
+    another queue, one a millisecond; the submit call's time as the producer sees it. A hot
+    path change that holds Redis longer per call shows here, not in the rates."""
+    q = Queue(client, "flood", prefix=prefix)
+    other = Queue(client, "flood-other", prefix=prefix)
+    for i in range(0, tasks, 100_000):
+        q.submit([None] * min(100_000, tasks - i), handler="noop", request_id=f"f{i}")
+    procs = start_workers(server, prefix, "flood", 1, "--burst")
+    times: list[float] = []
+    try:
+        wait_until(lambda: read.totals(q).get("done", 0) >= 20_000, 60, "the flood under way")
+        for i in range(n):
+            started = time.perf_counter_ns()
+            other.submit([{"i": i}], handler="noop")
+            times.append(time.perf_counter_ns() - started)
+            time.sleep(0.001)
+        left = tasks - read.totals(q).get("done", 0)
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait(30)
+    figures = latency_figures(times, "_flood")
+    return {k.replace("latency_", "submit_"): v for k, v in figures.items()} | {
+        "submit_flood_tasks_left": left,  # 0: the flood ended before the samples did
+    }
+
+
 def bench_huey_latency(
     server: RedisServer, key: str, n: int, rate: float
 ) -> dict[str, Any]:
@@ -648,6 +679,13 @@ def run_all(fsync: str, args: argparse.Namespace, only: set[str]) -> dict[str, A
                 try:
                     client = connect(server.url, cluster=False)
                     results |= bench_backlog(server, client, "b6")
+                finally:
+                    server.stop()
+        if "flood" in only:
+            with tempfile.TemporaryDirectory(prefix="qa-bench-") as tmp3:
+                server = start_redis(Path(tmp3), appendonly=True, fsync=fsync)
+                try:
+                    results |= bench_flood(server, connect(server.url, cluster=False), "b9")
                 finally:
                     server.stop()
         if "latency" in only:
@@ -754,7 +792,7 @@ def main() -> int:
         args.rounds = max(args.rounds, 3)
         args.latency = 1_000
         if args.only == ",".join(MEASURES):
-            args.only = "single,one_task,enqueue,noop,latency"
+            args.only = "single,one_task,enqueue,noop,latency,flood"
     args.workers = [int(n) for n in args.workers.split(",")]
     only = set(args.only.split(","))
     if unknown := only - set(MEASURES):
