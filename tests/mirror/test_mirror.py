@@ -127,7 +127,7 @@ def test_what_a_consumer_killed_after_its_commit_left_pending_is_taken_over_by_a
     assert set(Request.objects.values_list("completions", flat=True)) == {1}
 
 
-def test_a_consumer_killed_holding_more_than_one_claim_takes_is_taken_over(
+def test_a_consumer_killed_holding_more_than_one_claims_worth_is_taken_over(
     queue: Queue, redis_client: Any
 ) -> None:
     """A consumer that dies may hold more entries than the one taking over claims at a time
