@@ -162,7 +162,7 @@ def _start_node(data_dir: Path, node_args: list[str], tries: int = 5) -> RedisSe
         else:
             # The one that answered is ours, not another's that took the port first (ours
             # then exits, but may not have yet when the other answered).
-            if _process_id(server.port) == server.process.pid:
+            if _process_id(server.port) == server.pid:
                 return server
             server.stop(sig=signal.SIGKILL)
         (data_dir / "nodes.conf").unlink(missing_ok=True)  # the node id of the one that failed

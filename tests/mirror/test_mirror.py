@@ -23,7 +23,7 @@ from core.mirror.run import Follower
 from core.mirror.samples import prune, sample
 from core.models import DeadLetter, QueueSample, Request
 from core.queue import Queue
-from core.queue.follow import Streams, sid
+from core.queue.follow import Batch, Streams, sid
 from core.queue.read.lag import events_lag
 from tests.conftest import FakeClock
 from tests.mirror_support import assert_db_equals_redis, finish, mirror
@@ -97,19 +97,25 @@ def test_a_mirror_that_dies_after_commit_before_ack_reads_the_batch_again(
     assert redis_client.xpending(queue.keys.events, "mirror")["pending"] == 0
 
 
+def read_by_consumer_a(queue: Queue, *, requests: int, batch: int) -> tuple[Follower, Batch]:
+    """`requests` requests submitted and finished, then the first batch of new entries that
+    consumer "a" of the mirror group reads with --batch `batch`: (a, that batch)."""
+    for i in range(requests):
+        submit(queue, f"r{i}")
+    finish(queue)
+    a = Follower(queue, MirrorConfig(queues=("q",), consumer="a", batch=batch))
+    a.streams.setup()
+    a.streams.read()  # its own pending entries first: none
+    return a, a.streams.read()
+
+
 def test_what_a_consumer_killed_after_its_commit_left_pending_is_taken_over_by_another(
     queue: Queue, redis_client: Any
 ) -> None:
     """Another mirror process of the group acknowledges it (the database has it): left pending
     with the dead consumer, the group would stay behind for good (a flake of
     test_mirror_processes on PostgreSQL: `a` frozen between its commit and its ack)."""
-    for i in range(5):
-        submit(queue, f"r{i}")
-    finish(queue)
-    a = Follower(queue, MirrorConfig(queues=("q",), consumer="a", batch=4))
-    a.streams.setup()
-    a.streams.read()  # its own pending entries first: none
-    read = a.streams.read()
+    a, read = read_by_consumer_a(queue, requests=5, batch=4)
     apply.commit(queue, apply.prepare(queue, read.events, read.dead),
                  guard=commit.guard(a.streams, read))  # then killed: never acknowledged
     assert commit.position("q") == read.events[-1][0]
@@ -133,13 +139,7 @@ def test_a_consumer_killed_holding_more_than_one_claims_worth_is_taken_over(
     """A consumer that dies may hold more entries than the one taking over claims at a time
     (its --batch larger). Was: the taker claimed its batch's worth again and again from the
     same place, waiting behind the rest for good."""
-    for i in range(8):
-        submit(queue, f"r{i}")
-    finish(queue)
-    a = Follower(queue, MirrorConfig(queues=("q",), consumer="a", batch=8))
-    a.streams.setup()
-    a.streams.read()  # its own pending entries first: none
-    held = a.streams.read()  # then killed, before its commit
+    _, held = read_by_consumer_a(queue, requests=8, batch=8)  # then killed, before its commit
     assert len(held.events) == 8
     stop = threading.Event()
     b = Follower(queue, MirrorConfig(queues=("q",), consumer="b", batch=4, claim_after_s=0.05),
