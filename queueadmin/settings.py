@@ -446,6 +446,9 @@ LOGGING = {
     # One line per event; the worker's lines carry queue=, request=, task= and worker= fields.
     "formatters": {"line": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "line"}},
+    # A refused request (4xx) is one line, without the traceback Django attaches to it.
+    "filters": {"client_errors": {"()": "core.console.errors.ClientErrorLines"}},
     "root": {"handlers": ["console"], "level": "INFO" if DEBUG else "WARNING"},
-    "loggers": {"queueadmin": {"level": "INFO"}},
+    "loggers": {"queueadmin": {"level": "INFO"},
+                "django.request": {"filters": ["client_errors"]}},
 }

@@ -25,6 +25,18 @@ class ConsoleError(QueueadminError):
     """Root of what the console's own code raises (a user that cannot be made as asked...)."""
 
 
+class ClientErrorLines(logging.Filter):
+    """On `django.request`: a 4xx is logged as its one line, without the traceback Django
+    attaches to a refused request (a bad query parameter, a permission): the message says what
+    was wrong, and a traceback in the log reads as a bug to whoever is on call. A 5xx keeps its
+    traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "status_code", 500) < 500:
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
 def error_page(request: HttpRequest, status: int, title: str, message: str) -> HttpResponse:
     template = "core/error.html#body" if request.headers.get("HX-Request") else "core/error.html"
     return render(request, template, {"status": status, "title": title, "message": message,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import html as htmllib
 import json
+import logging
 import re
 import threading
 from collections.abc import Callable
@@ -63,6 +64,24 @@ def test_a_doubly_negative_priority_is_refused(admin: Client, world: World) -> N
     refused(admin.get("/requests/?priority=--5"), "priority must be a whole number from 0 to 99")
     refused(admin.get("/requests/?priority=-"), "priority must be a whole number")
     refused(admin.get("/requests/?priority=%EF%BC%95"), "priority must be")  # fullwidth 5
+
+
+def test_a_refused_parameter_is_one_line_in_the_log_and_a_server_error_keeps_its_traceback(
+    admin: Client, world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="django.request"):
+        refused(admin.get("/requests/?priority=--5"), "priority must be a whole number")
+        try:
+            raise RuntimeError("a bug")
+        except RuntimeError:
+            logging.getLogger("django.request").error(
+                "Internal Server Error: /x/", exc_info=True, extra={"status_code": 500})
+    bad, broken = [r for r in caplog.records if r.name == "django.request"]
+    assert bad.levelname == "WARNING" and bad.status_code == 400  # type: ignore[attr-defined]
+    line = bad.getMessage()
+    assert "priority must be a whole number" in line and "/requests/" in line
+    assert bad.exc_info is None and "Traceback" not in caplog.text.split("Internal Server")[0]
+    assert broken.exc_info is not None and "RuntimeError: a bug" in caplog.text
 
 
 OUT_OF_RANGE = ["9999-12-31T23:59:59-23:59", "0001-01-01T00:00:00+23:59"]
