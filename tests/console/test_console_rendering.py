@@ -11,7 +11,7 @@ import pytest
 
 from core.console import charts
 from core.models import QueueSample
-from core.templatetags.console import ago, duration, payload, progress
+from core.templatetags.console import ago, console_nav, duration, payload, progress
 
 
 def test_ago_says_how_long_ago_with_the_exact_utc_time_on_hover() -> None:
@@ -30,6 +30,25 @@ def test_ago_says_how_long_ago_with_the_exact_utc_time_on_hover() -> None:
                                           (277_000_000, "3 d 4 h")])
 def test_durations(ms: int, text: str) -> None:
     assert duration(ms) == text
+
+
+class _User:
+    def __init__(self, *perms: str) -> None:
+        self.perms = perms
+
+    def has_perm(self, perm: str) -> bool:
+        return perm in self.perms
+
+
+def test_the_navigation_links_every_page_for_the_queue_and_marks_the_current_one() -> None:
+    nav = str(console_nav({"user": _User("core.manage_alerts")}, "dead", 'a b&"<'))
+    q = "a%20b%26%22%3C"  # as the urlencode filter wrote it
+    assert nav.count("<a ") == 13 and nav.count('aria-current="page"') == 1
+    assert (f'<a href="/dead/?queue={q}" hx-get="/dead/?queue={q}" hx-target="body" '
+            'hx-push-url="true" class="current" aria-current="page">Dead letters</a>') in nav
+    assert f'<a href="/alerts/?queue={q}"' in nav and f'<a href="/?queue={q}"' in nav
+    without = str(console_nav({"user": _User()}, "overview", "default"))
+    assert without.count("<a ") == 12 and "/alerts/" not in without  # admins' page only
 
 
 def test_a_short_payload_is_one_escaped_line() -> None:
