@@ -28,6 +28,7 @@ QA_HANDLER_METRICS  "off": the engine keeps no per-handler metrics for this proc
 METRICS_TOKEN  bearer token that /metrics requires (unset: /metrics answers 404)
 QA_API_RATE_PER_MIN  calls a minute one HTTP API token may make (default 600; 0: no limit)
 QA_API_WAIT_MAX_S  the longest `?wait=` an API call may hold a server thread (default 20)
+QA_API_WAITERS  `?wait=` calls one console process holds at once; past it a 429 (default 4)
 QA_SECURE_COOKIES  "1": session and CSRF cookies only over HTTPS even when Django sees plain
                HTTP (behind a TLS proxy that sets no X-Forwarded-Proto); they are Secure
                anyway whenever the request came over HTTPS
@@ -293,6 +294,9 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     # Outside the session and CSRF middleware, so it sees (and secures) the cookies they set.
     "core.console.security.SecurityHeadersMiddleware",
+    # Under /api/: Django's own error pages (no such endpoint, a method it does not take, a
+    # body too big) as JSON, as the API's answers are.
+    "core.api.errors.JsonErrors",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -400,6 +404,9 @@ CONSOLE_POLL_S = _env_seconds("QA_CONSOLE_POLL_S", 3, 0.5)
 # The HTTP API (core/api, docs/api.md).
 API_RATE_PER_MIN = _env_int("QA_API_RATE_PER_MIN", 600)
 API_WAIT_MAX_S = float(os.environ.get("QA_API_WAIT_MAX_S") or "20")
+# How many `?wait=` calls one console process holds at once (the stack's gunicorn has eight
+# threads): past it a wait is answered 429, so that waits never take every thread.
+API_WAITERS = max(1, _env_int("QA_API_WAITERS", 4))
 # Tracing (core/tracing, docs/tracing.md): a request page links its trace id to this URL, whose
 # "{trace_id}" becomes the id (e.g. https://jaeger.example/trace/{trace_id}); "" = no link.
 TRACING_UI_URL = os.environ.get("QA_TRACING_UI_URL", "").strip()
@@ -450,5 +457,9 @@ LOGGING = {
     "filters": {"client_errors": {"()": "core.console.errors.ClientErrorLines"}},
     "root": {"handlers": ["console"], "level": "INFO" if DEBUG else "WARNING"},
     "loggers": {"queueadmin": {"level": "INFO"},
-                "django.request": {"filters": ["client_errors"]}},
+                "django.request": {"filters": ["client_errors"]},
+                # (a logger's filters see only what is logged to it, not to its children)
+                **{f"django.security.{kind}": {"filters": ["client_errors"]} for kind in (
+                    "RequestDataTooBig", "TooManyFieldsSent", "TooManyFilesSent",
+                    "DisallowedHost")}},
 }

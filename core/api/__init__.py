@@ -11,4 +11,5 @@ requests  submit, a request (and waiting for it), its tasks, results, events; ca
 queues    queues, pause/resume, dead letters, pending entries, workers, handlers' metrics
 bulk      bulk actions: preview, confirm by snapshot, stop
 history   search, the audit log; schedules
+errors    Django's own error answers under /api/ (404, 405, 413, 500) as JSON too
 """

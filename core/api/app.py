@@ -14,8 +14,8 @@ from ninja.security import HttpBearer
 
 from core.console.params import BadParam
 from core.ops import tokens
-from core.ops.errors import BadInput, OpsError, Refused, StaleState
-from core.ops.perms import scope_for
+from core.ops.errors import BadInput, NotFound, OpsError, Refused, StaleState
+from core.ops.perms import scope_allows, scope_for
 from core.queue import InvalidInput, QueueError, RedisUnavailable, UnknownRequest
 
 from . import bulk, datajobs, history, queues, requests, settings
@@ -65,7 +65,7 @@ def build() -> NinjaAPI:
         api.add_router("", router)
     handlers: dict[type[Exception], tuple[int, str]] = {
         BadInput: (400, ""), InvalidInput: (400, ""), BadParam: (400, ""), StaleState: (409, ""),
-        UnknownRequest: (404, ""), Http404: (404, ""),
+        UnknownRequest: (404, ""), Http404: (404, ""), NotFound: (404, ""),
         RedisUnavailable: (503, "the queue's Redis cannot be reached now: try again shortly"),
         tokens.TokenRefused: (401, ""), AuthenticationError: (401, "no valid token"),
         OperationalError: (503, "the database cannot be reached now: try again shortly"),
@@ -95,9 +95,12 @@ def _refused(api: NinjaAPI) -> Any:
         who = getattr(request, "auth", None)
         scope = getattr(who, "scope", None)
         perm = message.partition("the permission ")[2].split(" ")[0]
-        if scope and perm:
+        if scope and perm and not scope_allows(scope, perm):
             message += (f"; the token's scope is {scope}, and this needs at least "
                         f"{scope_for(perm)}")
+        elif scope and perm:  # the scope allows it: the token's user lacks the permission
+            message += (f"; the token's scope ({scope}) allows it, but its user does not "
+                        "hold that permission")
         return api.create_response(request, {"message": message}, status=403)
 
     return handle
@@ -125,14 +128,23 @@ def _invalid(api: NinjaAPI) -> Any:
 
 
 def _one(error: dict[str, Any]) -> str:
-    where = ".".join(str(p) for p in error.get("loc", ()))
+    loc = [str(p) for p in error.get("loc", ())]
+    if loc[:2] == ["body", "body"]:  # ninja's loc of a field of the body: body.body.tasks
+        loc = loc[1:]
+    where = ".".join(loc)
     return f"{where}: {error.get('msg', '')}" if where else str(error.get("msg", ""))
 
 
 def _http_error(api: NinjaAPI) -> Any:
     def handle(request: HttpRequest, exc: Exception) -> HttpResponse:
         status = getattr(exc, "status_code", 400)
-        return api.create_response(request, {"message": getattr(exc, "message", str(exc))},
+        message = getattr(exc, "message", str(exc))
+        if isinstance(exc.__cause__, ValueError):  # ninja's "Cannot parse request body"
+            kind = request.content_type or "none"
+            message = (f"the body is not valid JSON: {exc.__cause__}"[:300]
+                       if kind == "application/json" else
+                       f"send the body as JSON (Content-Type: application/json, not {kind})")
+        return api.create_response(request, {"message": message},
                                    status=status if 400 <= status < 500 else 400)
 
     return handle

@@ -11,7 +11,7 @@ from ninja import Router, Status
 
 from core.models import BulkAction
 from core.ops import bulk
-from core.ops.errors import BadInput
+from core.ops.errors import NotFound
 
 from .common import actor, reader
 from .requests import REFUSALS
@@ -41,7 +41,7 @@ def show(request: HttpRequest, bulk_id: int) -> Any:
     try:
         return bulk_out(bulk.get(bulk_id))
     except BulkAction.DoesNotExist:
-        raise BadInput(f"there is no bulk action {bulk_id}") from None
+        raise NotFound(f"there is no bulk action {bulk_id}") from None
 
 
 @router.post("/bulk/{bulk_id}/confirm", response={200: BulkOut, **REFUSALS},

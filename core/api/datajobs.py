@@ -8,7 +8,7 @@ import dataclasses
 from typing import Any
 
 from django.http import Http404, HttpRequest
-from ninja import Field, Router, Schema, Status
+from ninja import Field, Router, Status
 from ninja.params.functions import Query
 
 from core import tracing
@@ -19,12 +19,12 @@ from core.pipeline.spec import SpecError
 
 from .common import actor, known_queue, outcome, reader, valid_id
 from .requests import REFUSALS
-from .schemas import ActionOut
+from .schemas import ActionOut, Body
 
 router = Router(tags=["data jobs"])
 
 
-class DataJobIn(Schema):
+class DataJobIn(Body):
     input: str = Field(..., max_length=4096, description="a path or glob under the data roots")
     output: str = Field(..., max_length=4096, description="a directory under the output roots")
     format: str | None = Field(None, max_length=20, description="csv, json or parquet")
@@ -124,7 +124,7 @@ def get_datajob(request: HttpRequest, queue: str, job_id: str) -> Any:
             "dead_letters": [d.id for d in st.letters]}
 
 
-class CleanIn(Schema):
+class CleanIn(Body):
     dry_run: bool = False
 
 

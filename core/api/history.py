@@ -7,7 +7,7 @@ import datetime as dt
 from typing import Any, Literal
 
 from django.http import HttpRequest
-from ninja import Field, Router, Schema, Status
+from ninja import Field, Router, Status
 from ninja.params.functions import Query
 
 from core.console import search as console_search
@@ -17,11 +17,12 @@ from core.queue.schedule.spec import InvalidSchedule, Schedule
 
 from .common import actor, reader, utc, valid_id
 from .requests import REFUSALS
+from .schemas import Body
 
 router = Router(tags=["schedules, search, audit"])
 
 
-class ScheduleIn(Schema):
+class ScheduleIn(Body):
     name: str = Field(..., max_length=128)
     handler: str = Field(..., max_length=200)
     tasks: list[Any] = Field(..., min_length=1, max_length=10_000)

@@ -3,7 +3,10 @@ cancel, requeue its dead letters, run a delayed one now."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -13,8 +16,9 @@ from ninja import Router, Status
 from ninja.params.functions import Query
 
 from core import tracing
-from core.models import RequestEvent
-from core.ops import actions
+from core.conf import get_queue
+from core.models import Request, RequestEvent
+from core.ops import actions, tokens
 from core.ops.submit import Submit, submit
 from core.queue import Queue, read
 from core.queue.keys import MAX_TASK_ID, validate_task_id
@@ -92,9 +96,32 @@ def get_request(request: HttpRequest, queue: str, request_id: str,
     rid = valid_id(request_id, "request id")
     info = _info(q, rid)
     if wait > 0 and not info.finished:
-        q.wait(rid, timeout=min(float(wait), float(settings.API_WAIT_MAX_S)))
+        with _waiting():
+            q.wait(rid, timeout=min(float(wait), float(settings.API_WAIT_MAX_S)))
         info = _info(q, rid)
     return request_out(q, info)
+
+
+_waiters: dict[int, threading.BoundedSemaphore] = {}  # by QA_API_WAITERS
+_waiters_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _waiting() -> Iterator[None]:
+    """A place among the waits this process holds (QA_API_WAITERS), or a 429: each holds a
+    server thread, and eight waits took every thread of the stack's console (its pages and
+    every other call stood still until they ended)."""
+    n = settings.API_WAITERS
+    with _waiters_lock:
+        slots = _waiters.get(n) or _waiters.setdefault(n, threading.BoundedSemaphore(n))
+    if not slots.acquire(blocking=False):
+        raise tokens.RateLimited(
+            f"{settings.API_WAITERS} calls are waiting on this server already: ask again "
+            "without ?wait=, or wait after Retry-After", retry_after=1)
+    try:
+        yield
+    finally:
+        slots.release()
 
 
 @router.get(BASE + "/{request_id}/tasks", response={200: TasksOut, **REFUSALS},
@@ -147,9 +174,12 @@ def get_events(request: HttpRequest, queue: str, request_id: str,
     reader(request)
     valid_id(queue, "queue name")
     rid = valid_id(request_id, "request id")
-    rows = RequestEvent.objects.filter(queue=queue, request_id=rid).order_by("at_ms", "id")
+    rows = list(RequestEvent.objects.filter(queue=queue, request_id=rid)
+                .order_by("at_ms", "id")[:count])
+    if not rows and not Request.objects.filter(queue=queue, request_id=rid).exists():
+        _info(get_queue(queue), rid)  # not in the history yet: 404 unless Redis has it
     out = []
-    for e in rows[:count]:
+    for e in rows:
         try:
             detail = json.loads(e.detail) if e.detail else {}
         except ValueError:
@@ -163,7 +193,8 @@ def get_events(request: HttpRequest, queue: str, request_id: str,
              summary="Cancel a request (operate)")
 def cancel_request(request: HttpRequest, queue: str, request_id: str) -> Any:
     """No more of its tasks are delivered; running ones are told to stop. A request finished
-    already is skipped (acted 0)."""
+    already is skipped (acted 0); one the queue does not know (or no longer) is a 404."""
+    _known(queue, request_id)
     return outcome(actions.cancel(actor(request), queue, [request_id]))
 
 
@@ -176,4 +207,11 @@ def requeue_request(request: HttpRequest, queue: str, request_id: str) -> Any:
 @router.post(BASE + "/{request_id}/run-now", response={200: ActionOut, **REFUSALS},
              summary="Make a delayed request due now (operate)")
 def run_now(request: HttpRequest, queue: str, request_id: str) -> Any:
+    _known(queue, request_id)
     return outcome(actions.run_now(actor(request), queue, [request_id]))
+
+
+def _known(queue: str, request_id: str) -> None:
+    """404 unless the queue holds the request: the actions' own replies count an unknown id
+    as skipped, which reads as if it were there ("cancelled 0 of 1")."""
+    _info(known_queue(queue), valid_id(request_id, "request id"))

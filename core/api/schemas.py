@@ -7,11 +7,20 @@ import datetime as dt
 from typing import Any, Literal
 
 from ninja import Field, Schema
+from pydantic import ConfigDict
 
 Json = Any  # a task's payload: any JSON value
 
 
-class SubmitIn(Schema):
+class Body(Schema):
+    """A request body: a field it does not define is refused (400), never ignored (a misspelt
+    `filters` would cancel every request, a misspelt `dry_run` really clean), and a value is
+    taken only as the type the schema says (no "50" for 50, no true for 1, no NaN)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+
+class SubmitIn(Body):
     handler: str = Field(..., min_length=1, max_length=200,
                          description="the handler the workers run each task with")
     tasks: list[Json] = Field(..., min_length=1, max_length=10_000,
@@ -26,7 +35,8 @@ class SubmitIn(Schema):
     retention_ms: int | None = Field(None, ge=1000, le=366 * 86_400_000)
     delay_s: float | None = Field(None, ge=0, le=366 * 86_400,
                                   description="run it this many seconds from now")
-    run_at: dt.datetime | None = Field(None, description="run it then (ISO 8601, with offset)")
+    run_at: dt.datetime | None = Field(None, strict=False,  # from its ISO 8601 text
+                                       description="run it then (ISO 8601, with offset)")
     any_handler: bool = Field(False, description="accept a handler no live worker announced")
 
 
@@ -111,23 +121,23 @@ class EventOut(Schema):
     detail: dict[str, Any]
 
 
-class IdsIn(Schema):
+class IdsIn(Body):
     ids: list[str] = Field(..., min_length=1, max_length=1000)
 
 
-class PendingRefIn(Schema):
+class PendingRefIn(Body):
     request_id: str = Field(..., max_length=200)
     task_id: str = Field(..., max_length=40)
     consumer: str = Field(..., max_length=200, description="the holder you saw")
     idle_ms: int = Field(0, ge=0, le=2**53, description="the idle time you saw")
 
 
-class ClaimIn(Schema):
+class ClaimIn(Body):
     entries: list[PendingRefIn] = Field(..., min_length=1, max_length=1000)
     to: str = Field(..., max_length=200, description="a live worker of the queue")
 
 
-class ReleaseIn(Schema):
+class ReleaseIn(Body):
     entries: list[PendingRefIn] = Field(..., min_length=1, max_length=1000)
 
 
@@ -144,14 +154,14 @@ class DeadLetterOut(Schema):
     tenant: str
 
 
-class BulkIn(Schema):
+class BulkIn(Body):
     action: Literal["requeue", "delete", "cancel"]
     filters: dict[str, str] = Field(default_factory=dict, description=(
         "requeue/delete: handler, tenant, request, fingerprint, since, until; cancel: state, "
         "tenant, priority, handler, since, until, id"))
 
 
-class BulkConfirmIn(Schema):
+class BulkConfirmIn(Body):
     count: int | None = Field(None, ge=0, le=10_000_000,
                               description="the preview's count, typed (over 1,000 targets)")
     rate_per_s: int | None = Field(None, ge=1, le=100_000)

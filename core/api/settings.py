@@ -7,19 +7,19 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from django.http import HttpRequest
-from ninja import Field, Router, Schema, Status
+from ninja import Field, Router, Status
 from ninja.params.functions import Query
 
 from core.ops import alerts, limits, retention
 
 from .common import actor, outcome, reader, valid_id
 from .requests import REFUSALS
-from .schemas import ActionOut
+from .schemas import ActionOut, Body
 
 router = Router(tags=["limits, retention, alerts"])
 
 
-class LimitIn(Schema):
+class LimitIn(Body):
     on: str = Field(..., max_length=300, description="queue, handler=H, tenant=T, field=F or "
                                                      "resource=R")
     rate: str | None = Field(None, max_length=40, description="N/PERIOD, e.g. 100/1s, 5/m")
@@ -54,7 +54,7 @@ def remove_limit(request: HttpRequest, queue: str, name: str) -> Any:
     return outcome(limits.remove_limit(actor(request), name, queue=queue))
 
 
-class RetentionIn(Schema):
+class RetentionIn(Body):
     duration: str = Field(..., max_length=40, description="like 30d, 12h, 90s")
     queue: str | None = Field(None, max_length=200, description="this queue only")
 
@@ -111,7 +111,7 @@ def list_alerts(request: HttpRequest) -> Any:
     }
 
 
-class RuleIn(Schema):
+class RuleIn(Body):
     name: str = Field(..., max_length=100)
     when: str = Field(..., max_length=30, description="the condition (docs/alerts.md)")
     channels: list[str] = Field(..., min_length=1, max_length=20)

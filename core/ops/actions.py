@@ -32,7 +32,7 @@ from core.queue.schedule.store import Schedules
 
 from . import audit
 from .audit import Actor, as_actor, describe_ids
-from .errors import BadInput, Refused, StaleState
+from .errors import BadInput, NotFound, Refused, StaleState
 from .perms import permission_for
 
 __all__ = ["Actor", "PauseImpact", "PendingRef", "Result", "cancel", "claim", "delete_dead",
@@ -99,7 +99,7 @@ def open_queue(name: str) -> Queue:
     if name != DEFAULT_QUEUE:
         names = read.queues(redis_client(), prefix=settings.QUEUE_PREFIX)
         if name not in names:
-            raise BadInput(f"there is no queue named {name!r}")
+            raise NotFound(f"there is no queue named {name!r}")
     return get_queue(name)
 
 
@@ -183,7 +183,7 @@ def requeue_request(actor: Any, queue: str, request_id: str) -> Result:
         try:
             tally.acted = q.requeue_request(rid)
         except UnknownRequest:
-            raise BadInput(f"there is no request {rid!r} in queue {queue!r}") from None
+            raise NotFound(f"there is no request {rid!r} in queue {queue!r}") from None
         except RequestCancelled:
             raise StaleState(f"request {rid!r} was cancelled: its dead letters stay") from None
 

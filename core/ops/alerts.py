@@ -27,7 +27,7 @@ from core.queue.keys import validate_id
 from . import audit
 from .actions import check_permission
 from .audit import Actor, as_actor
-from .errors import BadInput
+from .errors import BadInput, NotFound
 
 T = TypeVar("T")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
@@ -157,7 +157,7 @@ def channel_named(name: str) -> AlertChannel:
           if _NAME.fullmatch(str(name).strip()) else None)  # no name is sent to the database
     if ch is None:
         known = ", ".join(AlertChannel.objects.order_by("name").values_list("name", flat=True))
-        raise BadInput(f"there is no alert channel named {str(name)[:100]!r} (there are: "
+        raise NotFound(f"there is no alert channel named {str(name)[:100]!r} (there are: "
                        f"{known or 'none yet'})")
     return ch
 
@@ -249,7 +249,10 @@ def _channels_of(names: Sequence[str]) -> list[AlertChannel]:
     if not wanted:
         raise BadInput("give a rule at least one channel (--channel NAME; `alert channel add` "
                        "makes one)")
-    return [channel_named(n) for n in wanted]
+    try:
+        return [channel_named(n) for n in wanted]
+    except NotFound as exc:  # a rule naming a channel that is not there: its input is wrong
+        raise BadInput(str(exc)) from None
 
 
 def rule_named(name: str) -> AlertRule:
@@ -257,7 +260,7 @@ def rule_named(name: str) -> AlertRule:
     rule = (AlertRule.objects.filter(name=str(name).strip()).first()
             if _NAME.fullmatch(str(name).strip()) else None)
     if rule is None:
-        raise BadInput(f"there is no alert rule named {str(name)[:100]!r}")
+        raise NotFound(f"there is no alert rule named {str(name)[:100]!r}")
     return rule
 
 

@@ -23,7 +23,7 @@ from core.models import BulkAction, DeadLetter, Request
 from . import audit
 from .actions import check_permission, open_queue
 from .audit import as_actor
-from .errors import BadInput, Refused
+from .errors import BadInput, NotFound, Refused
 from .perms import permission_for
 
 ACTIONS = ("requeue", "delete", "cancel")
@@ -173,7 +173,7 @@ def _get_for(actor: Any, bulk_id: int, verb: str) -> tuple[Any, BulkAction]:
     try:
         b = get(bulk_id)
     except BulkAction.DoesNotExist:
-        raise BadInput(f"there is no bulk action {bulk_id}") from None
+        raise NotFound(f"there is no bulk action {bulk_id}") from None
     check_permission(who, b.action, b.queue, f"{verb} bulk action #{b.pk}: {b.description}",
                      b.count)
     return who, b
@@ -196,6 +196,11 @@ def confirm(
         return b
     if b.needs_typed_count and _typed(typed_count) != b.count:
         raise BadInput(f"type the number of targets ({b.count:,}) to confirm this bulk action")
+    if (typed_count or "").strip() and _typed(typed_count) != b.count:
+        # A count given where none is needed still has to be the preview's: a caller that
+        # expected another number is acting on something else than it thinks.
+        raise BadInput(f"the count given ({str(typed_count).strip()[:20]}) is not the "
+                       f"preview's ({b.count:,}): preview again, or confirm with {b.count}")
     if rate_per_s is not None and (
         isinstance(rate_per_s, bool) or not isinstance(rate_per_s, int)
         or not 1 <= rate_per_s <= MAX_RATE
@@ -222,7 +227,7 @@ def stop(actor: Any, bulk_id: int) -> BulkAction:
     try:
         b = get(bulk_id)
     except BulkAction.DoesNotExist:
-        raise BadInput(f"there is no bulk action {bulk_id}") from None
+        raise NotFound(f"there is no bulk action {bulk_id}") from None
     target = f"stop bulk action #{b.pk}: {b.description}"
     if not audit.may(who, permission_for(b.action)):
         audit.record(who, "stop", b.queue, target=target, count=1, refused=True,

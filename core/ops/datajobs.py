@@ -25,7 +25,7 @@ from core.queue.schedule.spec import Schedule
 from . import actions, audit
 from .actions import Result
 from .audit import Actor
-from .errors import BadInput, Refused
+from .errors import BadInput, NotFound, Refused
 
 SUBMIT = "datajob"  # the audit log's action of a submit
 SUBMIT_PERMISSION = "core.submit_datajob"
@@ -65,8 +65,10 @@ def require(actor: Actor, action: str, permission: str, queue: str, target: str)
     if not audit.may(actor, permission):
         audit.record(actor, action, queue, target=target, count=1, refused=True,
                      error=f"{actor.name} lacks the permission {permission}")
-        raise Refused(f"{actor.name} may not: it needs the permission {permission} (the "
-                      "refusal was recorded)")
+        verb = {SUBMIT: "submit a data job", CLEAN: "clean data jobs' staging data"}.get(
+            action, action)
+        raise Refused(f"{actor.name} may not {verb}: it needs the permission {permission} "
+                      "(the refusal was recorded)")
 
 
 def submit(actor: Actor, queue: str, spec: JobSpec, options: jobs.QueueOptions | None = None,
@@ -149,7 +151,7 @@ def cancel(actor: Actor, queue: str, job_id: str, *,
     except InvalidInput as exc:
         raise BadInput(str(exc)) from None
     if jobs.job_of(q, job_id) != job_id:
-        raise BadInput(f"no data job {job_id!r} in queue {q.name!r} (or its record has "
+        raise NotFound(f"no data job {job_id!r} in queue {q.name!r} (or its record has "
                        "expired: `datajob clean` still removes its staging if it was "
                        "cancelled)")
     return actions.cancel(actor, q.name, [job_id], job_wait_s=wait_s)

@@ -22,5 +22,11 @@ class BadInput(OpsError, ValueError):
     """Unknown queue, malformed or unknown ids, a filter that is not one: nothing was done."""
 
 
+class NotFound(BadInput):
+    """What the action names does not exist (a queue, a request, a bulk action, a schedule, an
+    alert rule...): nothing was done. Bad input as far as a command's exit status goes; the
+    HTTP API answers 404."""
+
+
 class AuditUnavailable(OpsError):
     """The audit log's database cannot be reached: nothing was done."""

@@ -21,7 +21,7 @@ from . import audit
 from .actions import check_permission, open_queue
 from .audit import Actor
 from .datajobs import submit_slot
-from .errors import BadInput, StaleState
+from .errors import BadInput, NotFound, StaleState
 
 T = TypeVar("T")
 
@@ -45,7 +45,10 @@ def _act(actor: Actor, action: str, queue: str, name: str, fn: Callable[[], T],
     check_permission(actor, action, queue, target, 1)
     try:
         result = fn()
-    except (InvalidInput, UnknownSchedule, SpecError) as exc:
+    except UnknownSchedule as exc:
+        audit.record(actor, action, queue, target=target, count=1, error=str(exc)[:500])
+        raise NotFound(str(exc)) from None
+    except (InvalidInput, SpecError) as exc:
         audit.record(actor, action, queue, target=target, count=1, error=str(exc)[:500])
         raise BadInput(str(exc)) from None
     except StateChanged as exc:

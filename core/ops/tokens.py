@@ -36,7 +36,7 @@ from core.models.tokens import SCOPES
 
 from . import audit
 from .audit import Actor, as_actor
-from .errors import BadInput, OpsError, Refused
+from .errors import BadInput, NotFound, OpsError, Refused
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 TEXT = re.compile(r"qa_([0-9a-f]{12})_([A-Za-z0-9_-]{20,100})")
@@ -76,6 +76,8 @@ def _expiry(expires: str | None, now: dt.datetime) -> dt.datetime | None:
         seconds = parse_duration(raw, "--expires")
     except BadTerm as exc:
         raise BadInput(f"{exc} (or never)") from None
+    if seconds < 60:  # 0d made a token expired before its first call
+        raise BadInput(f"--expires {raw!r}: a token lasts at least a minute (or never)")
     return now + dt.timedelta(seconds=seconds)
 
 
@@ -143,7 +145,7 @@ def revoke(who: Any, name: str) -> ApiToken:
     valid = isinstance(name, str) and NAME.fullmatch(name) is not None
     token = ApiToken.objects.select_related("user").filter(name=name).first() if valid else None
     if token is None:
-        raise BadInput(f"there is no token named {str(name)[:100]!r}")
+        raise NotFound(f"there is no token named {str(name)[:100]!r}")
     target = f"token {token.name} of {token.user.get_username()}"
     if not may_manage(actor, token.user):
         raise _refuse(actor, "token-revoke", target, "only its user or an admin may")

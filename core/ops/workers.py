@@ -18,7 +18,7 @@ from core.queue.models import WorkerInfo
 from . import audit
 from .actions import Result, check_permission, open_queue
 from .audit import as_actor
-from .errors import BadInput, StaleState
+from .errors import BadInput, NotFound, StaleState
 
 COMMANDS = {"quiet": "worker-quiet", "stop": "worker-stop", "resume": "worker-resume"}
 
@@ -98,7 +98,7 @@ def _search(name: str) -> tuple[Queue, WorkerInfo]:
         found = read.worker(q, name)
         if found is not None:
             return q, found
-    raise BadInput(f"there is no worker named {name!r} in any queue ({len(names)} looked "
+    raise NotFound(f"there is no worker named {name!r} in any queue ({len(names)} looked "
                    "at): it stopped, or the name is wrong; the console's workers page, or "
                    "`manage.py queuestat`, shows the live ones")
 

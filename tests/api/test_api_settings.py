@@ -91,7 +91,7 @@ def test_alert_rules_are_added_listed_turned_off_and_removed(
         "billing-fails": False, "stuck": True}
     assert api_admin.post("/alerts/rules/billing-fails/disable").json() == {"changed": False}
     assert api_admin.post("/alerts/rules/billing-fails/remove").json() == {"removed": True}
-    assert api_admin.post("/alerts/rules/billing-fails/enable").status_code == 400
+    assert api_admin.post("/alerts/rules/billing-fails/enable").status_code == 404
 
 
 def test_a_schedule_is_edited_at_the_version_read(
@@ -110,7 +110,7 @@ def test_a_schedule_is_edited_at_the_version_read(
     renamed = api_admin.put("/queues/default/schedules/nightly", edit | {"name": "daily"})
     assert renamed.status_code == 400 and "keeps its name" in renamed.json()["message"]
     gone = api_admin.put("/queues/default/schedules/weekly", edit | {"name": "weekly"})
-    assert gone.status_code == 400 and "no schedule" in gone.json()["message"]
+    assert gone.status_code == 404 and "no schedule" in gone.json()["message"]
 
 
 def _jobs(n: int) -> None:

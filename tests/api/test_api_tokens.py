@@ -54,6 +54,8 @@ def test_the_command_refuses_bad_input_with_a_message(db: Any) -> None:
                         (["create", "t", "--user", "nobody", "--scope", "read"], "no active"),
                         (["create", "t", "--user", "carl", "--scope", "read", "--expires",
                           "soon"], "not a duration"),
+                        (["create", "t", "--user", "carl", "--scope", "read", "--expires",
+                          "0d"], "at least a minute"),
                         (["revoke", "missing"], "no token")):
         with pytest.raises(CommandError, match=words):
             call_command("token", *args, stdout=io.StringIO())

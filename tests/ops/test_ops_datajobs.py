@@ -75,7 +75,7 @@ def test_a_refused_actor_is_audited_and_nothing_is_queued(
     django_queue: Queue, viewer_user: User, tmp_path: Path
 ) -> None:
     spec = spec_in(tmp_path)
-    with pytest.raises(Refused, match=r"vera may not: it needs the permission "
+    with pytest.raises(Refused, match=r"vera may not submit a data job: it needs the permission "
                                        r"core\.submit_datajob"):
         datajobs.submit(as_actor(viewer_user), django_queue.name, spec)
     assert entries() == [("vera", "datajob", f"data job dj1: {spec.input} -> {spec.output}",

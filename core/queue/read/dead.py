@@ -25,6 +25,8 @@ def dead_letters_present(q: QueueBase, entry_ids: list[str]) -> set[str]:
 
 def dead_letters(q: QueueBase, *, before: str | None = None, count: int = 50) -> list[DeadLetter]:
     """A page of dead letters, newest first; pass the last id as `before` for the next."""
+    if before is not None and before.strip() in ("0", "0-0"):
+        return []  # nothing comes before the first id (Redis refuses the range "(0-0")
     top = "+" if before is None else f"({before}"
     with translated("dead_letters"):
         rows = redis_of(q).xrevrange(q.keys.dead, top, "-", count=count)
