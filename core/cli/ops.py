@@ -6,7 +6,7 @@ nothing in the queue. Bad input leaves as a CommandError with exit status 2."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TextIO
 
@@ -15,7 +15,7 @@ from django.core.management.base import CommandError
 from core.ops import actions, audit, bulk
 from core.ops.actions import PendingRef, Result
 from core.ops.audit import Actor, os_actor
-from core.ops.errors import BadInput, OpsError
+from core.ops.errors import BadInput, NotFound, OpsError
 from core.ops.runner import RunnerState, step
 from core.queue import InvalidInput, Queue, read
 from core.queue.keys import validate_task_id
@@ -141,9 +141,25 @@ def cancel(*, queue: str, ids: Sequence[str], out: TextIO, dry_run: bool = False
             q = actions.open_queue(queue)
             valid = actions._ids(id_list, "request id", actions._request_id)
             states = read.requests_many(q, valid)
+            _say_unknown(q, valid, states, out)
             n = sum(1 for info in states.values() if info.state in ("open", "active"))
             return _dry(actor, "cancel", queue, audit.describe_ids(valid), n, out, "requests")
+        q = actions.open_queue(queue)
+        valid = actions._ids(id_list, "request id", actions._request_id)
+        _say_unknown(q, valid, read.requests_many(q, valid), out)
         return _done(actions.cancel(actor, queue, id_list), out).acted
+
+
+def _say_unknown(q: Queue, ids: list[str], known: Mapping[str, object], out: TextIO) -> None:
+    """NotFound (exit 2, nothing done) when the queue holds none of `ids`; else a line naming
+    those it does not hold (skipped by the action)."""
+    unknown = [i for i in ids if i not in known]
+    if unknown and len(unknown) == len(ids):
+        raise NotFound(f"there is no request {', '.join(map(repr, unknown[:5]))} in queue "
+                       f"{q.name!r} (never submitted, or past its retention)")
+    if unknown:
+        out.write(f"not in queue {q.name} (never submitted, or past its retention), skipped: "
+                  f"{', '.join(unknown[:20])}{' ...' if len(unknown) > 20 else ''}\n")
 
 
 def move(*, action: str, queue: str, request: str, tasks: Sequence[str], holder: str,
@@ -157,6 +173,9 @@ def move(*, action: str, queue: str, request: str, tasks: Sequence[str], holder:
         refs = [PendingRef(request, t, holder, min_idle_ms) for t in dict.fromkeys(tasks)]
         if action == "claim" and not to:
             raise BadInput("claim needs --to CONSUMER (release puts tasks back to waiting)")
+        checked = actions._refs(refs)
+        q = actions.open_queue(queue)
+        _say_unknown(q, [checked[0].request_id], read.requests_many(q, [request]), out)
         if dry_run:
             actions.check_permission(actor, action, queue, f"{len(refs)} entries", len(refs))
             q = actions.open_queue(queue)

@@ -27,7 +27,14 @@ def collect(queues: Sequence[str] = ()) -> list[QueueStats]:
     registry (by name), or of the default queue while the registry is empty."""
     with command_errors("queuestat"):
         names = list(dict.fromkeys(queues)) or all_queues()
-        return [read.stats(get_queue(name)) for name in names]
+        stats = [read.stats(get_queue(name)) for name in names]  # a bad name: CommandError
+        known = read.queues(redis_client(), prefix=settings.QUEUE_PREFIX)
+        unknown = [n for n in names if n != DEFAULT_QUEUE and n not in known]
+        if unknown:  # its zeros would read as a healthy empty queue (a typo, say)
+            sys.stderr.write(
+                f"queuestat: no producer or worker has used {', '.join(map(repr, unknown))} "
+                f"yet: its figures are all zero (the queues: {', '.join(known) or 'none'})\n")
+        return stats
 
 
 def all_queues() -> list[str]:

@@ -9,9 +9,11 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, TextIO
 
+from core.conf import get_queue
 from core.ops import audit
 from core.ops import schedules as ops
 from core.ops.audit import Actor, os_actor
+from core.queue import handlers
 from core.queue.read.schedules import Run, ScheduleState
 from core.queue.schedule.spec import Schedule, parse_every, parse_time, slot_time
 
@@ -60,6 +62,12 @@ def add(schedule: Schedule, *, out: TextIO, actor: Actor | None = None,
     out.write(f"{change.status} schedule {schedule.name} in queue {schedule.queue}: "
               f"{schedule.describe()}\n")
     _next_runs(state, ops.store(schedule.queue).now_ms(), out)
+    offered = handlers.known(get_queue(schedule.queue))
+    if schedule.handler and schedule.handler not in offered:  # allowed: workers may come later
+        out.write(f"warning: no worker of queue {schedule.queue} runs handler "
+                  f"{schedule.handler!r} now (its workers run: "
+                  f"{', '.join(offered) or 'none announced yet'}); each run waits until one "
+                  "does\n")
     return change.status
 
 

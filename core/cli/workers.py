@@ -13,12 +13,14 @@ from django.core.management.base import CommandError
 from core.ops import workers
 from core.ops.actions import Result, open_queue
 from core.ops.audit import Actor, os_actor
+from core.ops.errors import BadInput
 from core.queue import Queue, read
 from core.queue.models import WorkerInfo
 
 from .ops import ops_errors
 
 POLL_S = 0.2
+MAX_WAIT_S = 86_400
 
 
 def control(*, command: str, worker: str, out: TextIO, queue: str | None = None,
@@ -27,6 +29,8 @@ def control(*, command: str, worker: str, out: TextIO, queue: str | None = None,
     so (quiet or resumed as its heartbeat says, or gone from the registry after a stop)."""
     actor = actor or os_actor()
     with ops_errors(f"worker {command}"):
+        if wait is not None and not 0 <= wait <= MAX_WAIT_S:  # checked before anything is asked
+            raise BadInput(f"--wait {wait:g}: a number of seconds from 0 to {MAX_WAIT_S:,}")
         if queue is None and command in workers.COMMANDS:
             queue = workers.home_of(worker).name  # BadInput (exit 2) if it is nowhere
         result = workers.control(actor, command, worker, queue=queue)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import secrets
 
 from django.contrib.auth.models import Group, User
+from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from core.console.errors import ConsoleError
@@ -22,6 +23,19 @@ class UserError(ConsoleError):
     """A user that cannot be made as asked; the message says why."""
 
 
+def name_problem(name: str) -> str | None:
+    """What is wrong with `name` as a user name, by Django's own rule (the admin's form
+    applies it: at most 150 of letters, digits and @.+-_; a "../x" or a 300-character name
+    got in otherwise); None if nothing."""
+    if not name.strip():
+        return "the user name must not be empty"
+    try:
+        User._meta.get_field("username").run_validators(name)
+    except ValidationError as exc:
+        return f"user name {name[:60]!r}: {' '.join(exc.messages)}"
+    return None
+
+
 def create_user(name: str, role: str, actor: Actor | None = None) -> str:
     """Create user `name` in group `role`; returns its generated password (shown once). One
     audit entry (action "user-add"), the OS user (or `actor`) as the actor; an actor without
@@ -35,8 +49,8 @@ def create_user(name: str, role: str, actor: Actor | None = None) -> str:
                         f"{ADD_PERMISSION} (the refusal was recorded)")
     if role not in ROLES:
         raise UserError(f"unknown role {role!r}: use one of {', '.join(ROLES)}")
-    if not name.strip():
-        raise UserError("the user name must not be empty")
+    if (why := name_problem(name)) is not None:
+        raise UserError(why)
     if User.objects.filter(username=name).exists():
         raise UserError(f"a user named {name!r} already exists")
     try:

@@ -247,6 +247,9 @@ def cancel_each(q: Queue, rids: list[str], tally: Tally, *, job_wait_s: float = 
             tally.notes.append(done.describe())
 
 
+MAX_IDLE_MS = 2**53  # what Redis takes as a time in ms (and JSON as a whole number)
+
+
 def _refs(entries: Sequence[PendingRef]) -> list[PendingRef]:
     refs = list(entries)
     if not refs:
@@ -258,8 +261,9 @@ def _refs(entries: Sequence[PendingRef]) -> list[PendingRef]:
             validate_id(r.request_id, "request id")
             validate_task_id(r.task_id)
             validate_id(r.consumer, "consumer name")
-            if isinstance(r.idle_ms, bool) or not isinstance(r.idle_ms, int) or r.idle_ms < 0:
-                raise InvalidInput(f"invalid idle time {r.idle_ms!r}")
+            if (isinstance(r.idle_ms, bool) or not isinstance(r.idle_ms, int)
+                    or not 0 <= r.idle_ms <= MAX_IDLE_MS):
+                raise InvalidInput(f"invalid idle time {r.idle_ms!r}: 0 to {MAX_IDLE_MS:,} ms")
     except InvalidInput as exc:
         raise BadInput(str(exc)) from None
     return refs

@@ -14,6 +14,7 @@ from core.mirror.schedules import mark_removed
 from core.models import ScheduleRecord
 from core.pipeline.spec import SpecError
 from core.queue import InvalidInput, QueueError, RedisUnavailable, StateChanged
+from core.queue.keys import validate_id
 from core.queue.schedule.spec import InvalidSchedule, Schedule, is_templated
 from core.queue.schedule.store import Change, Schedules, UnknownSchedule
 
@@ -106,7 +107,6 @@ def checked(schedule: Schedule, now_ms: int) -> Schedule:
 def _queue_for_new(queue: str) -> Any:
     """A new schedule may name a queue nobody has used yet (its workers start later)."""
     from core.conf import get_queue
-    from core.queue.keys import validate_id
 
     try:
         validate_id(queue, "queue name")
@@ -119,6 +119,7 @@ def remove(actor: Actor, queue: str, name: str) -> bool:
     """Delete the schedule; its database row (the mirror's) keeps it, marked removed by the
     actor, so that `schedule restore` does not bring it back."""
     def act() -> bool:
+        validate_id(name, "schedule name")  # InvalidInput: BadInput, audited
         st = store(queue)
         was = st.get(name)
         removed = st.remove(name)

@@ -132,8 +132,9 @@ def create(who: Any, name: str, *, user: Any, scope: str, expires: str | None = 
                 name=name, user=owner, scope=scope, prefix=prefix, digest=digest(text),
                 expires_at=expires_at, created_by=actor.name[:200])
     except IntegrityError:
-        raise BadInput(f"a token named {name!r} exists already: choose another name, or "
-                       "revoke it first") from None
+        raise BadInput(f"a token named {name!r} exists already (a revoked one too keeps its "
+                       "name, so that token:NAME in the audit log stays its own): choose "
+                       "another name") from None
     audit.record(actor, "token-create", "", target=target, count=1, acted=1)
     return Created(token, text)
 

@@ -42,6 +42,11 @@ def control(who: Any, command: str, worker: str, *, queue: str | None = None) ->
     except InvalidInput as exc:
         raise BadInput(str(exc)) from None
     home, found = _find(name, queue)
+    if found is None and queue is not None:
+        elsewhere = _serving(name)
+        if elsewhere:
+            raise BadInput(f"worker {name!r} is not in queue {home.name!r}: it serves "
+                           f"{', '.join(elsewhere)}")
     if found is None:
         why = (f"worker {name!r} is not registered in queue {home.name!r} (it stopped, or "
                "was reclaimed): nothing was asked of it")
@@ -80,6 +85,12 @@ def _find(name: str, queue: str | None) -> tuple[Queue, WorkerInfo | None]:
         q = open_queue(queue)
         return q, read.worker(q, name)
     return _search(name)
+
+
+def _serving(name: str) -> list[str]:
+    """The queues in whose registry worker `name` is."""
+    names = read.queues(redis_client(), prefix=settings.QUEUE_PREFIX)
+    return [n for n in names if read.worker(get_queue(n), name) is not None]
 
 
 def home_of(worker: str) -> Queue:

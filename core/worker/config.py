@@ -19,6 +19,7 @@ BATCH_WORK_S = 0.02
 # one-task requests stops at this size (~2 ms of Redis a call) while tasks of one request go
 # on to --prefetch (~1.3 ms of Redis a call at 256 no-op tasks).
 BATCH_REQUESTS = 64
+MAX_SLOTS = 1024  # a worker's task threads: more in one process only contend for its GIL
 GIVE_BACK_S = 0.1  # a task running this long gives back the tasks leased behind it
 # Redis unreachable or answering with an error for now: log once, back off, carry on.
 PASSING = (RedisUnavailable, RedisReplyError)
@@ -49,8 +50,9 @@ class WorkerConfig:
 
     def __post_init__(self) -> None:
         validate_id(self.name, "worker name")
-        if self.slots < 1:
-            raise ValueError("slots must be at least 1")
+        if not 1 <= self.slots <= MAX_SLOTS:
+            raise ValueError(f"slots must be 1 to {MAX_SLOTS:,} (threads of one process: run "
+                             "more processes for more)")
         if not 1 <= self.prefetch <= 1000:
             raise ValueError("prefetch must be between 1 and 1000")
         if not 0.5 <= self.dead_after <= 3600:

@@ -83,6 +83,11 @@ class Registry:
     def load(self, modules: Iterable[str]) -> None:
         """Import modules whose import registers handlers (e.g. settings' handler modules)."""
         for module in modules:
+            if not module or module.startswith(".") or not all(
+                    part.isidentifier() for part in module.split(".")):
+                # ("../x" and "" reached importlib: a TypeError's or ValueError's traceback)
+                raise ImportError(f"cannot import handler module {module!r}: a module is "
+                                  "named by its dotted path, such as myproject.handlers")
             try:
                 importlib.import_module(module)
             except ImportError as exc:

@@ -52,7 +52,7 @@ def test_channels_rules_and_the_list_from_the_command_line(
                   "--for", "1m"],
         "old": ["--when", "waiting-age", "--threshold", "10m"],
         "late": ["--when", "schedule-late", "--threshold", "2m", "--for", "30s"],
-        "jobs": ["--when", "datajob-failed", "--queue", "default"],
+        "jobs": ["--when", "datajob-failed", "-q", "default"],  # -q as every command takes
     }
     for name, argv in rules.items():
         assert alert("rule", "add", name, *argv, "--channel", "oncall", "--channel", "ops") \

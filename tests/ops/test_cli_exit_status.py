@@ -98,6 +98,21 @@ REFUSED = [
     (["runscheduler", "--queue", BAD_QUEUE, "--burst"], "invalid queue name"),
     (["runstack", "--workers", "-1"], "--workers must be 0 or more"),
     (["warmspark", "--url", "http://spark"], "expected sc://host:port"),
+    # Found trying the commands as a new user would (2026-11-30): each was an exit 1, a
+    # traceback, or a process that never started.
+    (["warmspark", "--url", "sc://127.0.0.1:1", "--timeout", "-5"], "--timeout -5"),
+    (["runworker", "--import", "../x", "--burst"], "named by its dotted path"),
+    (["runworker", "--import", "", "--burst"], "named by its dotted path"),
+    (["runworker", "--slots", "99999999", "--burst"], "slots must be 1 to 1,024"),
+    (["worker", "stop", "no-such-worker", "--wait", "-1"], "--wait -1"),
+    (["createuser", "../x", "--role", "viewer"], "Enter a valid username"),
+    (["createuser", "a" * 151, "--role", "viewer"], "at most 150 characters"),
+    (["cancel", "nosuch"], "there is no request 'nosuch'"),
+    (["schedule", "remove", "../x"], "invalid schedule name"),
+    (["release", "--request", "nosuch", "--task", "1-0", "--from", "w1"],
+     "there is no request 'nosuch'"),
+    (["token", "create", "t0", "--user", "nobody", "--scope", "read", "--expires", "0d"],
+     "no active console user"),
 ]
 
 # Refused by the option parser (argparse's usage and its error line).

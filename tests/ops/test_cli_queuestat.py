@@ -81,6 +81,18 @@ def test_several_queues_in_the_order_given(
     assert stats[1]["waiting_by_priority"] == {"90": 1}
 
 
+def test_a_queue_nobody_used_is_shown_with_a_warning_that_says_so(
+    run_stat: Stat, django_queue: Queue, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _submit("1", queue="batch")
+    stats = json.loads(run_stat("batchh", as_json=True))["queues"]  # a typo
+    assert stats[0]["waiting"] == 0  # a script polling a queue before its first use: figures
+    said = capsys.readouterr().err
+    assert "no producer or worker has used 'batchh' yet" in said and "batch" in said
+    json.loads(run_stat("batch", as_json=True))
+    assert "no producer" not in capsys.readouterr().err
+
+
 def test_table_shows_depths_per_queue(run_stat: Stat, django_queue: Queue) -> None:
     _submit("1", "2", "3", priority=70)
     _submit("1", queue="other")

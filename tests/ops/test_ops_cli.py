@@ -98,11 +98,23 @@ def test_bad_input_is_a_message_and_exit_status_2(q: Queue, args: tuple[str, ...
 def test_cancel_and_its_dry_run(q: Queue) -> None:
     q.submit([1, 2], request_id="a", handler="h")
     q.submit([1], request_id="b", handler="h")
-    assert run("cancel", "a", "b", "zz", "--dry-run") == (
+    unknown = "not in queue default (never submitted, or past its retention), skipped: zz\n"
+    assert run("cancel", "a", "b", "zz", "--dry-run") == unknown + (
         "dry run: would cancel 2 requests in queue default; nothing done\n")
     assert q.state("a") == "active"
-    assert run("cancel", "a", "b", "zz") == "cancelled 2 of 3; 1 skipped\n"
+    assert run("cancel", "a", "b", "zz") == unknown + "cancelled 2 of 3; 1 skipped\n"
     assert q.state("a") == "cancelled"
+    # Naming only requests the queue does not hold is bad input (exit 2), nothing done.
+    with pytest.raises(CommandError, match="there is no request 'zz', 'yy' in queue") as got:
+        run("cancel", "zz", "yy")
+    assert got.value.returncode == 2
+    with pytest.raises(CommandError, match="there is no request 'nope'") as got:
+        run("release", "--request", "nope", "--task", "1-0", "--from", "w1")
+    assert got.value.returncode == 2
+    with pytest.raises(CommandError, match="invalid idle time") as got:
+        run("release", "--request", "a", "--task", "1-0", "--from", "w1",
+            "--min-idle", str(2**70))
+    assert got.value.returncode == 2
 
 
 def test_claim_and_release_pending_entries(q: Queue) -> None:

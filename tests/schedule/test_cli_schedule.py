@@ -10,7 +10,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from core.models import AuditEntry
-from core.queue import Queue
+from core.queue import Queue, handlers
 from core.queue.schedule.store import Schedules
 
 pytestmark = pytest.mark.django_db
@@ -27,6 +27,8 @@ def test_add_list_show_pause_resume_run_now_remove(django_queue: Queue) -> None:
               "--handler", "agg", '{"day": "yesterday"}', "--priority", "70")
     assert "created schedule nightly in queue default: At 02:30 (Europe/Berlin)" in out
     assert out.count("T02:30") == 5
+    # No worker runs agg: allowed (workers may come later), and said.
+    assert "warning: no worker of queue default runs handler 'agg' now" in out
     s = Schedules(django_queue).require("nightly").schedule
     assert (s.tasks, s.options, s.missed, s.overlap) == (
         [{"day": "yesterday"}], {"priority": 70}, "latest", "skip")
@@ -41,10 +43,14 @@ def test_add_list_show_pause_resume_run_now_remove(django_queue: Queue) -> None:
     assert rid.startswith("sched.nightly.now") and django_queue.state(rid) == "active"
     assert f"request {rid} active" in run("show", "nightly")
     assert "removed schedule poll" in run("remove", "poll")
+    handlers.announce(django_queue, "w-1", ["poll"])
+    assert "warning" not in run("add", "poll2", "--every", "10m", "--handler", "poll", "{}")
+    run("remove", "poll2")
     actions = list(AuditEntry.objects.order_by("id").values_list("action", "actor"))
     assert [a for a, _ in actions] == ["schedule-add", "schedule-add", "schedule-pause",
                                        "schedule-pause", "schedule-resume",
-                                       "schedule-run-now", "schedule-remove"]
+                                       "schedule-run-now", "schedule-remove", "schedule-add",
+                                       "schedule-remove"]
     assert all(actor.startswith("os:") for _, actor in actions)
 
 

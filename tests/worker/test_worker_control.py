@@ -17,6 +17,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
+from core.conf import get_queue
 from core.models import AuditEntry
 from core.queue import InvalidInput, Queue, UnknownWorker, read, registry
 from core.queue.consume import STOPPED_KEPT_MS
@@ -212,6 +213,16 @@ def test_the_command_names_what_is_wrong_and_exits_non_zero(ops_queue: Queue) ->
     with pytest.raises(CommandError) as caught:
         worker_cmd("stop", "w1", "--queue", "q", "--as", "nobody")
     assert caught.value.returncode == 2 and "--as 'nobody'" in str(caught.value)
+    for wait in ("-1", "nan", "1e9"):  # refused before anything is asked of the worker
+        with pytest.raises(CommandError) as caught:
+            worker_cmd("stop", "w1", "--queue", "q", "--wait", wait)
+        assert caught.value.returncode == 2 and "--wait" in str(caught.value)
+    assert q.worker_control("w1") == ""
+    other = get_queue("elsewhere")
+    registry.touch([other])
+    with pytest.raises(CommandError) as caught:
+        worker_cmd("quiet", "w1", "--queue", "elsewhere")
+    assert caught.value.returncode == 2 and "it serves q" in str(caught.value)
     worker_cmd("stop", "w1", "--queue", "q")
     with pytest.raises(CommandError) as caught:
         worker_cmd("resume", "w1")

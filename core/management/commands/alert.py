@@ -50,7 +50,8 @@ class Command(QueueadminCommand):
         radd.add_argument("name")
         radd.add_argument("--when", required=True, metavar="CONDITION",
                           help="one of: " + ", ".join(CONDITIONS))
-        for scope in ("queue", "handler", "tenant", "job"):
+        radd.add_argument("--queue", "-q", default="", help="only this queue")
+        for scope in ("handler", "tenant", "job"):
             radd.add_argument(f"--{scope}", default="", help=f"only this {scope}")
         radd.add_argument("--threshold", default="", metavar="X",
                           help="a duration (10m), a count, a share (90%%) or a factor (3x), "

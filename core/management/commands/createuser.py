@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import CommandError, CommandParser
 
 from core.cli import actor_option, add_actor_option, bad_input
-from core.console.users import ROLES, UserError, create_user
+from core.console.users import ROLES, UserError, create_user, name_problem
 from core.management.base import QueueadminCommand
 
 
@@ -26,8 +26,8 @@ class Command(QueueadminCommand):
 
         # What was typed is checked here (exit 2); create_user checks it again, with the
         # actor's permission and the groups (a refusal there exits 1).
-        if not name.strip():
-            raise bad_input("the user name must not be empty")
+        if (why := name_problem(name)) is not None:
+            raise bad_input(why)
         if User.objects.filter(username=name).exists():
             raise bad_input(f"a user named {name!r} already exists")
         try:

@@ -40,6 +40,9 @@ class Command(QueueadminCommand):
             host, port = spark_target.parse_url(url)
         except (IndexError, ValueError):
             raise bad_input(f"--url {url!r}: expected sc://host:port") from None
+        if not 0 < options["timeout"] <= 86_400:
+            raise bad_input(f"--timeout {options['timeout']:g}: seconds, more than 0 and at "
+                            "most 86400")
         started = time.monotonic()
         since_ms = int(time.time() * 1000)
         self._say(url, spark_warming.STARTING, options["timeout"] + WARM_TTL_S, since_ms)
