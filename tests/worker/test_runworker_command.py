@@ -32,7 +32,7 @@ def test_an_unimportable_handler_module_is_a_command_error(django_queue: Queue) 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--slots", "0"], "slots must be at least 1"),
+        (["--slots", "0"], "slots must be 1 to 1,024"),
         (["--prefetch", "5000"], "prefetch must be between 1 and 1000"),
         (["--dead-after", "0.1"], "dead_after must be between 0.5 and 3600 seconds"),
         (["--name", "bad name"], "invalid worker name"),
