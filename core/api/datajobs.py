@@ -19,7 +19,7 @@ from core.pipeline.spec import SpecError
 
 from .common import actor, known_queue, outcome, reader, valid_id
 from .requests import REFUSALS
-from .schemas import ActionOut, Body
+from .schemas import ID_MAX, ActionOut, Body
 
 router = Router(tags=["data jobs"])
 
@@ -37,12 +37,12 @@ class DataJobIn(Body):
     chunks: int | None = Field(None, ge=1, le=100_000)
     rows_per_chunk: int | None = Field(None, ge=1, le=10**12)
     overwrite: bool = False
-    request_id: str | None = Field(None, max_length=200)
+    request_id: str | None = Field(None, max_length=ID_MAX)
     partition_by: list[str] = Field(default_factory=list, max_length=20)
     mode: str | None = Field(None, max_length=20)
     priority: int | None = Field(None, ge=0, le=99)
     concurrency: int | None = Field(None, ge=1, le=1_000_000)
-    tenant: str | None = Field(None, max_length=200)
+    tenant: str | None = Field(None, max_length=ID_MAX)
     max_attempts: int | None = Field(None, ge=1, le=1000)
     delay_s: float | None = Field(None, ge=0, le=366 * 86_400)
 

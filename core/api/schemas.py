@@ -10,6 +10,7 @@ from ninja import Field, Schema
 from pydantic import ConfigDict
 
 Json = Any  # a task's payload: any JSON value
+ID_MAX = 128  # an id or a name the engine keeps (core.queue.keys.validate_id): 1-128 characters
 
 
 class Body(Schema):
@@ -21,15 +22,15 @@ class Body(Schema):
 
 
 class SubmitIn(Body):
-    handler: str = Field(..., min_length=1, max_length=200,
+    handler: str = Field(..., min_length=1, max_length=ID_MAX,
                          description="the handler the workers run each task with")
     tasks: list[Json] = Field(..., min_length=1, max_length=10_000,
                               description="the tasks' payloads, one JSON value each")
-    request_id: str | None = Field(None, max_length=200,
+    request_id: str | None = Field(None, max_length=ID_MAX,
                                    description="yours, for an idempotent retry; else one is made")
     priority: int | None = Field(None, ge=0, le=99, description="0-99, higher first (50)")
     concurrency: int | None = Field(None, ge=1, le=1_000_000)
-    tenant: str | None = Field(None, max_length=200)
+    tenant: str | None = Field(None, max_length=ID_MAX)
     max_attempts: int | None = Field(None, ge=1, le=1000)
     lease_ms: int | None = Field(None, ge=100, le=86_400_000)
     retention_ms: int | None = Field(None, ge=1000, le=366 * 86_400_000)
@@ -126,15 +127,15 @@ class IdsIn(Body):
 
 
 class PendingRefIn(Body):
-    request_id: str = Field(..., max_length=200)
+    request_id: str = Field(..., max_length=ID_MAX)
     task_id: str = Field(..., max_length=40)
-    consumer: str = Field(..., max_length=200, description="the holder you saw")
+    consumer: str = Field(..., max_length=ID_MAX, description="the holder you saw")
     idle_ms: int = Field(0, ge=0, le=2**53, description="the idle time you saw")
 
 
 class ClaimIn(Body):
     entries: list[PendingRefIn] = Field(..., min_length=1, max_length=1000)
-    to: str = Field(..., max_length=200, description="a live worker of the queue")
+    to: str = Field(..., max_length=ID_MAX, description="a live worker of the queue")
 
 
 class ReleaseIn(Body):
