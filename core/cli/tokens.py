@@ -35,11 +35,16 @@ def create(actor: Actor, name: str, *, user: str, scope: str, expires: str | Non
 def revoke(actor: Actor, name: str, *, out: TextIO) -> None:
     require_log()
     try:
-        t = tokens.revoke(actor, name)
+        got = tokens.revoke(actor, name)
     except BadInput as exc:
         raise bad_input(f"token revoke: {exc}") from exc
     except Refused as exc:
         raise CommandError(str(exc)) from exc
+    t = got.token
+    if not got.done:
+        out.write(f"token {t.name} was revoked already, at {t.revoked_at:%Y-%m-%d %H:%M:%S} "
+                  "UTC: nothing done\n")
+        return
     out.write(f"token {t.name} revoked at {t.revoked_at:%Y-%m-%d %H:%M:%S} UTC: every call "
               "with it is refused from now on\n")
 

@@ -48,9 +48,20 @@ def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
 
 
 def permission_denied(request: HttpRequest, exception: Exception) -> HttpResponse:
-    return error_page(request, 403, "Not allowed",
-                      "Your account may not see the console. Ask an administrator to add you "
-                      "to the viewer or operator group.")
+    """The refusal's own reason (the permission it needs, audited where the service refused
+    it); else, to an account that may see the console, that it may not do this; else that it
+    may not see the console (it was said to viewers refused an admin's page)."""
+    said = str(exception).strip() if exception is not None else ""
+    user = getattr(request, "user", None)
+    if said:
+        message = said[0].upper() + said[1:] + ("" if said.endswith(".") else ".")
+    elif user is not None and user.has_perm("core.view_console"):
+        message = ("Your account may not do this: it needs a permission its groups do not "
+                   "give. Ask an administrator (the operator and admin groups hold more).")
+    else:
+        message = ("Your account may not see the console. Ask an administrator to add you "
+                   "to the viewer or operator group.")
+    return error_page(request, 403, "Not allowed", message)
 
 
 def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
@@ -71,7 +82,18 @@ class RedisDownMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        return self.get_response(request)
+        response = self.get_response(request)
+        if response.status_code == 405 and not response.content and \
+                not request.path.startswith("/api/"):
+            # require_POST's bare 405 is a blank browser error page: a form's address opened
+            # again (Enter in the address bar, the history) after its submit.
+            page = error_page(request, 405, "Not a page",
+                              "This address takes a form's submit (it changes something), not "
+                              "a visit: go back to the page the form is on and use its "
+                              "button.")
+            page["Allow"] = response.get("Allow", "POST")
+            return page
+        return response
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
         # One not translated by the engine on the way here is the engine's all the same.

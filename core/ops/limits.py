@@ -43,14 +43,14 @@ def parse_on(text: str) -> tuple[str, str]:
     kind, eq, value = str(text).strip().partition("=")
     kind = kind.strip().lower()
     if kind not in KINDS:
-        raise BadInput(f"--on {str(text)[:60]!r}: a limit is on {ON_HELP}")
+        raise BadInput(f"on {str(text)[:60]!r}: a limit is on {ON_HELP}")
     if kind == "queue":
         if eq and value.strip():
-            raise BadInput("--on queue names no value: the limit holds the whole queue "
-                           "(choose it with --queue)")
+            raise BadInput("on queue names no value: the limit holds the whole queue it is "
+                           "set in")
         return kind, ""
     if not value.strip():
-        raise BadInput(f"--on {kind}=NAME: name the {kind} (e.g. --on {kind}=billing)")
+        raise BadInput(f"on {kind}: name the {kind} (e.g. {kind}=billing)")
     return kind, value.strip()
 
 
@@ -58,19 +58,19 @@ def parse_rate(text: str) -> tuple[int, int]:
     """"100/1s", "5/m", "1000/1h", "10/500ms" as (starts, window ms); BadInput otherwise."""
     m = _RATE.fullmatch(str(text))
     if not m:
-        raise BadInput(f"--rate {str(text)[:40]!r}: say N/PERIOD, e.g. 100/1s, 600/1m or 5/s")
+        raise BadInput(f"rate {str(text)[:40]!r}: say N/PERIOD, e.g. 100/1s, 600/1m or 5/s")
     n, period = int(m.group(1)), m.group(2)
     if period in ("ms", "s", "m", "h", "d"):
         period = "1" + period
     try:
         per_ms = duration_ms(period)
     except InvalidInput:
-        raise BadInput(f"--rate {text!r}: {period!r} is not a period (say 1s, 10s, 1m, 1h or "
+        raise BadInput(f"rate {text!r}: {period!r} is not a period (say 1s, 10s, 1m, 1h or "
                        "500ms)") from None
     if n < 1:
-        raise BadInput(f"--rate {text!r}: at least 1 start per period")
+        raise BadInput(f"rate {text!r}: at least 1 start per period")
     if not 1 <= per_ms <= MAX_WINDOW_MS:
-        raise BadInput(f"--rate {text!r}: the period is 1ms to 1d")
+        raise BadInput(f"rate {text!r}: the period is 1ms to 1d")
     return n, per_ms
 
 
@@ -156,7 +156,8 @@ def set_limit(who: Any, name: str, on: str, *, rate: str | None = None,
             n, per_ms = parse_rate(rate)
         conc = _concurrency(concurrency)
         if n is None and conc is None:
-            raise BadInput(f"limit {lname}: give --rate N/PERIOD, --concurrency N, or both")
+            raise BadInput(f"limit {lname}: give a rate (N/PERIOD), a concurrency (N tasks at "
+                           "once), or both")
         before = current(q.name, lname)
         limit = q.set_limit(lname, on=kind, value=value, rate=n, per=per_ms / 1000,
                             concurrency=conc)
@@ -185,9 +186,9 @@ def _concurrency(value: int | str | None) -> int | None:
     try:
         n = int(str(value).strip())
     except ValueError:
-        raise BadInput(f"--concurrency {str(value)[:20]!r}: a whole number of tasks") from None
+        raise BadInput(f"concurrency {str(value)[:20]!r}: a whole number of tasks") from None
     if not 1 <= n <= 1_000_000:
-        raise BadInput(f"--concurrency {n}: 1 to 1,000,000 tasks at once")
+        raise BadInput(f"concurrency {n}: 1 to 1,000,000 tasks at once")
     return n
 
 

@@ -139,9 +139,15 @@ def create(who: Any, name: str, *, user: Any, scope: str, expires: str | None = 
     return Created(token, text)
 
 
-def revoke(who: Any, name: str) -> ApiToken:
+@dataclass(frozen=True)
+class Revoked:
+    token: ApiToken
+    done: bool  # False: it was revoked already (at token.revoked_at); nothing changed
+
+
+def revoke(who: Any, name: str) -> Revoked:
     """The token `name` refused from its next call on. Revoking one revoked already changes
-    nothing (and says so through `revoked_at`, which stays)."""
+    nothing, and says so (`done` False)."""
     actor = as_actor(who)
     valid = isinstance(name, str) and NAME.fullmatch(name) is not None
     token = ApiToken.objects.select_related("user").filter(name=name).first() if valid else None
@@ -155,7 +161,7 @@ def revoke(who: Any, name: str) -> ApiToken:
     audit.record(actor, "token-revoke", "", target=target, count=1, acted=acted,
                  skipped=1 - acted)
     token.refresh_from_db()
-    return token
+    return Revoked(token, bool(acted))
 
 
 def listing(who: Any) -> list[ApiToken]:

@@ -12,14 +12,18 @@ from core.console import params
 from core.console.paging import Paged, raw_cursor
 from core.console.queues import queue_from
 from core.ops import audit
+from core.ops.perms import NEEDS
 
 from .common import console_page, page
 
-ACTIONS = ("requeue", "delete", "cancel", "claim", "release", "reclaim", "pause", "resume",
-           "stop", "preview", "datajob", "datajob-clean", "login", "unlock", "login-log-reset",
-           "user-add", "user-change", "user-delete", "group-add", "group-change",
-           "group-delete", "worker-quiet", "worker-stop", "worker-resume", "retention-set",
-           "retention-unset", "prune", "limit-set", "limit-remove")
+# Every action the log records: those a permission guards (core.ops.perms.NEEDS: the queue's,
+# the schedules', the workers', retention's, alerts' and limits'), then the rest. A hand list
+# of them missed run-now, the schedules', the tokens' and the alerts': they could not be
+# filtered (test_the_filter_offers_every_action_the_code_records checks it).
+ACTIONS = tuple(dict.fromkeys([
+    *NEEDS, "stop", "preview", "submit", "datajob", "datajob-clean", "token-create",
+    "token-revoke", "login", "unlock", "login-log-reset", "user-add", "user-change",
+    "user-delete", "group-add", "group-change", "group-delete"]))
 PAGE = 50
 
 

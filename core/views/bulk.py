@@ -132,6 +132,9 @@ def stop(request: HttpRequest, bulk_id: int) -> HttpResponse:
         return refused(request, exc)
     if b.status in FINISHED:
         messages.info(request, f"Already {b.status}: nothing to stop.")
+    elif b.status == "previewed":  # never confirmed: nothing ran, and nothing will
+        messages.info(request, "Dropped: this preview was never confirmed, so nothing was "
+                               "done; it cannot be confirmed now.")
     elif stopped.status in ("stopping", "stopped"):
         messages.warning(request, "Stopping: the chunk under way finishes, nothing after it "
                          "starts. The count below is what was done.")

@@ -136,8 +136,13 @@ def schedule_act(request: HttpRequest, queue_name: str, name: str, action: str) 
             (request.method != "POST" and action != "delete"):
         return HttpResponse(status=405, headers={"Allow": "POST"})
     queue = queue_from(request, name=queue_name)
-    state = _require(queue, name)
     back = f"{reverse('core:schedules')}?queue={queue.name}"
+    if request.method == "POST" and validate_name(name) and Schedules(queue).get(name) is None:
+        # A stale page (another tab or operator deleted it): back to the list, said so.
+        messages.info(request, f"Nothing done: there is no schedule {name!r} in queue "
+                               f"{queue.name!r} now (deleted meanwhile?).")
+        return HttpResponseRedirect(back)
+    state = _require(queue, name)
     if action == "delete" and request.POST.get("confirm") != "yes":
         if not request.user.has_perm(CHANGE):
             raise PermissionDenied
@@ -162,6 +167,14 @@ def schedule_act(request: HttpRequest, queue_name: str, name: str, action: str) 
     else:
         messages.info(request, f"Schedule {name} was already {action}d: nothing changed.")
     return HttpResponseRedirect(back)
+
+
+def validate_name(name: str) -> bool:
+    try:
+        validate_id(name, "schedule name")
+    except ValueError:
+        return False
+    return True
 
 
 def _require(queue: Queue, name: str) -> Any:

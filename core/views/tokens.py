@@ -65,13 +65,17 @@ def token_revoke(request: HttpRequest, name: str) -> HttpResponse:
         raise PermissionDenied
     queue = request.POST.get("queue") or ""
     try:
-        token = tokens.revoke(as_actor(request.user), name)
+        got = tokens.revoke(as_actor(request.user), name)
     except Refused as exc:
         raise PermissionDenied(str(exc)) from exc
     except BadInput as exc:
         messages.error(request, str(exc))
     else:
-        messages.success(request, f"Token {token.name} revoked: every call with it is refused "
-                                  "from now on.")
+        if got.done:
+            messages.success(request, f"Token {got.token.name} revoked: every call with it is "
+                                      "refused from now on.")
+        else:  # another tab, or another admin, revoked it first
+            messages.info(request, f"Nothing done: token {got.token.name} was revoked "
+                                   "already.")
     url = reverse("core:tokens")
     return HttpResponseRedirect(f"{url}?queue={queue}" if queue else url)

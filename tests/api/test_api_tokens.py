@@ -146,6 +146,10 @@ def test_a_user_manages_their_own_tokens_and_an_admin_everyones(db: Any) -> None
         tokens.revoke(vera, "otto-1")
     assert [t.name for t in tokens.listing(vera)] == []
     assert [t.name for t in tokens.listing(ada)] == ["otto-1"]
-    assert tokens.revoke(ada, "otto-1").revoked_at is not None
+    first = tokens.revoke(ada, "otto-1")
+    assert first.done and first.token.revoked_at is not None
+    again = tokens.revoke(ada, "otto-1")  # a second revoke (another tab): says nothing done
+    assert not again.done and again.token.revoked_at == first.token.revoked_at
     assert AuditEntry.objects.filter(action="token-revoke", actor="ada", acted=1).exists()
+    assert AuditEntry.objects.filter(action="token-revoke", actor="ada", skipped=1).exists()
     assert AuditEntry.objects.filter(action="token-create", refused=True).exists()

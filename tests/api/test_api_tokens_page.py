@@ -32,6 +32,10 @@ def test_a_user_creates_a_token_shown_once_then_revokes_it(console: Queue) -> No
     assert r.status_code == 302
     assert api.get("/api/v1/queues/default", headers=auth).status_code == 401
     assert AuditEntry.objects.filter(action="token-revoke", actor="otto", acted=1).exists()
+    assert "Token etl revoked" in otto.get("/tokens/").content.decode()  # its message, read
+    # A second revoke (a stale tab) says nothing was done, not that it revoked the token.
+    page = otto.post("/tokens/etl/revoke/", follow=True).content.decode()
+    assert "Nothing done: token etl was revoked already." in page and "refused from now" not in page
 
 
 def test_bad_input_is_a_400_page_with_the_message(console: Queue) -> None:

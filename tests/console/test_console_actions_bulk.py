@@ -128,6 +128,15 @@ def test_stop_before_the_runner_gets_to_it(operator: Client, world: World) -> No
     assert stats(world.q).dead + int(re.search(r"(\d+) of 3 requeued", body).group(1)) == 3
 
 
+def test_stopping_a_preview_never_confirmed_says_nothing_was_done(
+    operator: Client, world: World
+) -> None:
+    url = preview(operator, "requeue", fingerprint=world.fingerprint)
+    said = text(operator.post(f"{url}stop/", follow=True))
+    assert "Dropped: this preview was never confirmed, so nothing was done" in said
+    assert "Stopping" not in said and stats(world.q).dead == 3
+
+
 def test_cancel_all_matching_a_filter(operator: Client, world: World) -> None:
     html = operator.get("/requests/?state=active").content.decode()
     assert 'value="cancel"' in html

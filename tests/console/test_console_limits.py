@@ -80,7 +80,7 @@ def test_an_admin_adds_changes_and_removes_a_limit(admin: Client, console: Queue
 @pytest.mark.parametrize(("post", "says"), [
     ({"name": "x", "on": "handler", "value": "", "rate": "1/1s"}, "name the handler"),
     ({"name": "x", "on": "handler", "value": "h", "rate": "fast"}, "say N/PERIOD"),
-    ({"name": "x", "on": "handler", "value": "h"}, "give --rate N/PERIOD, --concurrency N"),
+    ({"name": "x", "on": "handler", "value": "h"}, "give a rate (N/PERIOD), a concurrency"),
     ({"name": "", "on": "queue", "rate": "1/1s"}, "limit name"),
     ({"name": "x", "on": "moon", "rate": "1/1s"}, "a limit is on"),
     ({"name": "x", "on": "queue", "concurrency": "-1"}, "1 to 1,000,000"),

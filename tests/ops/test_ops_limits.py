@@ -85,7 +85,7 @@ def test_only_admins_change_limits_and_a_refusal_is_audited(
     ("handler=", {"rate": "1/1s"}, "name the handler"),
     ("queue=x", {"rate": "1/1s"}, "names no value"),
     ("handler=a b", {"rate": "1/1s"}, "handler name"),
-    ("handler=h", {}, "give --rate N/PERIOD, --concurrency N"),
+    ("handler=h", {}, r"give a rate \(N/PERIOD\), a concurrency"),
     ("handler=h", {"rate": "100"}, "say N/PERIOD"),
     ("handler=h", {"rate": "100/fortnight"}, "not a period"),
     ("handler=h", {"rate": "0/1s"}, "at least 1"),
@@ -139,7 +139,7 @@ def test_the_command_on_another_queue_notes_one_nobody_used(django_queue: Queue)
 
 
 @pytest.mark.parametrize(("args", "says"), [
-    (["set", "x", "--on", "handler=h"], "give --rate N/PERIOD, --concurrency N, or both"),
+    (["set", "x", "--on", "handler=h"], r"a concurrency \(N tasks at once\), or both"),
     (["set", "x", "--on", "handler=h", "--rate", "lots"], "say N/PERIOD"),
     (["set", "bad name", "--on", "queue", "--rate", "1/s"], "limit name"),
     (["set", "x", "--on", "queue", "--rate", "1/s", "--queue", "no way"], "queue name"),
