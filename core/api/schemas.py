@@ -164,7 +164,8 @@ class BulkIn(Body):
 
 class BulkConfirmIn(Body):
     count: int | None = Field(None, ge=0, le=10_000_000,
-                              description="the preview's count, typed (over 1,000 targets)")
+                              description="the preview's count: needed over 1,000 targets; "
+                                          "one given must be it (else a 400)")
     rate_per_s: int | None = Field(None, ge=1, le=100_000)
 
 
