@@ -54,7 +54,7 @@ def permission_denied(request: HttpRequest, exception: Exception) -> HttpRespons
     said = str(exception).strip() if exception is not None else ""
     user = getattr(request, "user", None)
     if said:
-        message = said[0].upper() + said[1:] + ("" if said.endswith(".") else ".")
+        message = said + ("" if said.endswith(".") else ".")  # as said: it may start with a name
     elif user is not None and user.has_perm("core.view_console"):
         message = ("Your account may not do this: it needs a permission its groups do not "
                    "give. Ask an administrator (the operator and admin groups hold more).")

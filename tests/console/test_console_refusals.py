@@ -30,7 +30,7 @@ def text(response: Any) -> str:
 def test_a_403_says_what_the_account_lacks(viewer: Client, console: Queue) -> None:
     page = viewer.get("/alerts/")
     assert page.status_code == 403
-    assert "The Alerts page is for admins (core.manage_alerts)." in text(page)
+    assert "the Alerts page is for admins (core.manage_alerts)." in text(page)
     forced = viewer.post("/limits/change/", {"queue": "default", "name": "x", "on": "queue",
                                              "concurrency": "2", "action": "set"})
     body = text(forced)
