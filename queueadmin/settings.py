@@ -348,12 +348,6 @@ DATABASES = {
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Django's, which makes the database's folder (QA_VAR_DIR) when it first opens it.
     DATABASES["default"]["ENGINE"] = "queueadmin.sqlite"
-    # A transaction takes the write lock as it begins, so that a writer that comes second
-    # waits its turn (up to `timeout` s) instead of failing: SQLite refuses at once a
-    # transaction that read and then writes after another process committed ("database is
-    # locked", seen from the mirror while a command wrote the audit log).
-    DATABASES["default"].setdefault("OPTIONS", {}).update(
-        {"transaction_mode": "IMMEDIATE", "timeout": 20})
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
