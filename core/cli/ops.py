@@ -138,15 +138,13 @@ def cancel(*, queue: str, ids: Sequence[str], out: TextIO, dry_run: bool = False
         if dry_run:
             actions.check_permission(actor, "cancel", queue, audit.describe_ids(id_list),
                                      len(id_list))
-            q = actions.open_queue(queue)
-            valid = actions._ids(id_list, "request id", actions._request_id)
-            states = read.requests_many(q, valid)
-            _say_unknown(q, valid, states, out)
-            n = sum(1 for info in states.values() if info.state in ("open", "active"))
-            return _dry(actor, "cancel", queue, audit.describe_ids(valid), n, out, "requests")
         q = actions.open_queue(queue)
         valid = actions._ids(id_list, "request id", actions._request_id)
-        _say_unknown(q, valid, read.requests_many(q, valid), out)
+        states = read.requests_many(q, valid)
+        _say_unknown(q, valid, states, out)
+        if dry_run:
+            n = sum(1 for info in states.values() if info.state in ("open", "active"))
+            return _dry(actor, "cancel", queue, audit.describe_ids(valid), n, out, "requests")
         return _done(actions.cancel(actor, queue, id_list), out).acted
 
 
@@ -173,13 +171,12 @@ def move(*, action: str, queue: str, request: str, tasks: Sequence[str], holder:
         refs = [PendingRef(request, t, holder, min_idle_ms) for t in dict.fromkeys(tasks)]
         if action == "claim" and not to:
             raise BadInput("claim needs --to CONSUMER (release puts tasks back to waiting)")
-        checked = actions._refs(refs)
-        q = actions.open_queue(queue)
-        _say_unknown(q, [checked[0].request_id], read.requests_many(q, [request]), out)
         if dry_run:
             actions.check_permission(actor, action, queue, f"{len(refs)} entries", len(refs))
-            q = actions.open_queue(queue)
-            refs = actions._refs(refs)
+        refs = actions._refs(refs)
+        q = actions.open_queue(queue)
+        _say_unknown(q, [request], read.requests_many(q, [request]), out)
+        if dry_run:
             held = 0
             for r in refs:
                 rows = read.pending(q, r.request_id, after=_before(r.task_id), count=1)

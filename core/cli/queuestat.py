@@ -28,6 +28,8 @@ def collect(queues: Sequence[str] = ()) -> list[QueueStats]:
     with command_errors("queuestat"):
         names = list(dict.fromkeys(queues)) or all_queues()
         stats = [read.stats(get_queue(name)) for name in names]  # a bad name: CommandError
+        if not queues:  # the registry's own queues
+            return stats
         known = read.queues(redis_client(), prefix=settings.QUEUE_PREFIX)
         unknown = [n for n in names if n != DEFAULT_QUEUE and n not in known]
         if unknown:  # its zeros would read as a healthy empty queue (a typo, say)

@@ -87,10 +87,15 @@ def _find(name: str, queue: str | None) -> tuple[Queue, WorkerInfo | None]:
     return _search(name)
 
 
+def _registries() -> list[str]:
+    """The queues whose registries a worker may be in: the default queue first."""
+    return list(dict.fromkeys([DEFAULT_QUEUE, *read.queues(
+        redis_client(), prefix=settings.QUEUE_PREFIX)]))
+
+
 def _serving(name: str) -> list[str]:
     """The queues in whose registry worker `name` is."""
-    names = read.queues(redis_client(), prefix=settings.QUEUE_PREFIX)
-    return [n for n in names if read.worker(get_queue(n), name) is not None]
+    return [n for n in _registries() if read.worker(get_queue(n), name) is not None]
 
 
 def home_of(worker: str) -> Queue:
@@ -102,8 +107,7 @@ def home_of(worker: str) -> Queue:
 
 
 def _search(name: str) -> tuple[Queue, WorkerInfo]:
-    names = list(dict.fromkeys([DEFAULT_QUEUE, *read.queues(
-        redis_client(), prefix=settings.QUEUE_PREFIX)]))
+    names = _registries()
     for n in names:
         q = get_queue(n)
         found = read.worker(q, name)

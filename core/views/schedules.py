@@ -137,12 +137,15 @@ def schedule_act(request: HttpRequest, queue_name: str, name: str, action: str) 
         return HttpResponse(status=405, headers={"Allow": "POST"})
     queue = queue_from(request, name=queue_name)
     back = f"{reverse('core:schedules')}?queue={queue.name}"
-    if request.method == "POST" and validate_name(name) and Schedules(queue).get(name) is None:
+    try:
+        state = _require(queue, name)
+    except Http404:
+        if request.method != "POST" or not validate_name(name):
+            raise
         # A stale page (another tab or operator deleted it): back to the list, said so.
         messages.info(request, f"Nothing done: there is no schedule {name!r} in queue "
                                f"{queue.name!r} now (deleted meanwhile?).")
         return HttpResponseRedirect(back)
-    state = _require(queue, name)
     if action == "delete" and request.POST.get("confirm") != "yes":
         if not request.user.has_perm(CHANGE):
             raise PermissionDenied
