@@ -194,7 +194,8 @@ def test_runstack_from_the_wheel_serves_the_console_with_its_assets(
         for line in process.stdout:
             stack.lines.append(line)
 
-    threading.Thread(target=read, daemon=True).start()
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     try:
         deadline = time.monotonic() + 90
         while "queueadmin is up" not in stack.text():
@@ -224,6 +225,7 @@ def test_runstack_from_the_wheel_serves_the_console_with_its_assets(
 
         process.send_signal(signal.SIGINT)
         assert process.wait(30) == 0, stack.text()
+        reader.join(10)  # its last lines: the reader can be behind the exit (seen in a run)
         assert "stopped on SIGINT" in stack.text()
         deadline = time.monotonic() + 10
         while any(pid_alive(p) for p in stack.pids()) and time.monotonic() < deadline:
